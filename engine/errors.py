@@ -1,0 +1,64 @@
+"""The engine's exception tree.
+
+    PqidError                    anything the engine raises on purpose
+    +-- UsageError               the user can fix it; the batch mode exits 2 with the message
+    |   +-- ReleaseError         a release that is missing, malformed or fails verification
+    |   +-- ConfigError          an invalid run configuration, route or setting
+    |   +-- CredentialError      no credential, or a credential where none may be
+    |   +-- ResumeRefused        an output directory that cannot be (re)used as asked
+    |   +-- InputError           a responses or evaluations file that cannot be read
+    |   +-- CompareRefused       a comparison that would not be on the same footing
+    +-- DockerUnavailable        no Docker Engine reachable (also a UsageError: start it)
+    +-- ProviderError            one provider attempt failed (carried in attempt records)
+"""
+
+from __future__ import annotations
+
+
+class PqidError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class UsageError(PqidError):
+    """An error the user can fix: shown as one message, exit code 2 in the batch mode."""
+
+
+class ReleaseError(UsageError):
+    """A release directory that is missing, malformed or fails verification."""
+
+
+class ConfigError(UsageError):
+    """An invalid run configuration, route or generation setting."""
+
+
+class CredentialError(UsageError):
+    """A credential that is missing, or present where none may be."""
+
+
+class ResumeRefused(UsageError):
+    """An output directory that cannot be used or resumed as asked."""
+
+
+class InputError(UsageError):
+    """A responses, evaluations or manifest file that cannot be used."""
+
+
+class CompareRefused(UsageError):
+    """A comparison that would not put the candidate and the frozen rows on the same footing."""
+
+
+class DockerUnavailable(UsageError):
+    """No Docker Engine could be reached."""
+
+
+class ProviderError(PqidError):
+    """One provider attempt failed; `retryable` says whether another attempt may follow."""
+
+    def __init__(self, error_class: str, message: str, *, retryable: bool,
+                 status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after

@@ -1,0 +1,107 @@
+"""Typed progress events: what the batch mode prints and what the app shows.
+
+A progress callback receives these objects, one at a time, on the engine's own thread or loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+PromptState: TypeAlias = Literal[
+    "pending", "in_flight", "retrying", "success", "error", "uncertain", "skipped"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """A run began: how many prompts are selected, to be sent now, and skipped by resume."""
+
+    run_dir: str
+    provider: str
+    model: str
+    selected: int
+    to_send: int
+    skipped: int
+    prompt_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PromptStateChanged:
+    """One prompt moved to a new state (the grid's unit of change)."""
+
+    prompt_id: str
+    state: PromptState
+    attempt: int = 0
+    error: str | None = None
+    next_attempt_at: float | None = None  # unix time of the next attempt when retrying
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFinished:
+    """One HTTP attempt ended, with its outcome and the retry decision taken."""
+
+    prompt_id: str
+    attempt: int
+    status: int | None
+    latency_ms: int
+    error_class: str | None
+    decision: Literal["success", "retry", "terminal"]
+    usage: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    """A run ended (completed, stopped or interrupted); `summary` is run-summary.json."""
+
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageBuildLog:
+    """One line of the evaluator image build."""
+
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImageReady:
+    """The evaluator image exists under `tag` (`built` says whether this call built it)."""
+
+    tag: str
+    built: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationStarted:
+    """The evaluator began one prompt."""
+
+    prompt_id: str
+    index: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationFinished:
+    """The evaluator scored one prompt."""
+
+    prompt_id: str
+    category: str
+    index: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayFinished:
+    """A replay ended and wrote its outputs under `output_dir`."""
+
+    output_dir: str
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+Event: TypeAlias = (
+    RunStarted | PromptStateChanged | AttemptFinished | RunFinished
+    | ImageBuildLog | ImageReady | EvaluationStarted | EvaluationFinished | ReplayFinished
+)
+ProgressCallback: TypeAlias = Callable[[Event], None]
