@@ -1,0 +1,91 @@
+"""The configuration of one live run: a pydantic model shared by the library, batch mode and app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from engine.errors import ConfigError
+from engine.routes import MAX_OUTPUT_FIELDS, check_extra_body
+
+DEFAULT_CONCURRENCY = 4
+
+
+class LiveRunConfig(BaseModel):
+    """Everything that decides what a live run sends and where it keeps the evidence."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    release_dir: Path
+    output_dir: Path | None = None
+    provider: str
+    model: str = Field(min_length=1)
+    base_url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    api_key_file: Path | None = None
+    no_auth: bool = False
+    acknowledge_prompt_export: bool = False
+
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_output_tokens: int = Field(default=2048, ge=1, le=1_000_000)
+    omit_temperature: bool = False
+    omit_top_p: bool = False
+    max_output_field: Literal["max_tokens", "max_completion_tokens"] | None = None
+    seed: int | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+
+    split: str | None = None
+    limit: int | None = Field(default=None, ge=1)
+    prompt_ids: tuple[str, ...] | None = None
+
+    concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1, le=256)
+    max_retries: int = Field(default=3, ge=0, le=50)
+    retry_backoff_seconds: float = Field(default=2.0, ge=0.0, le=600.0)
+    max_backoff_seconds: float = Field(default=60.0, ge=0.0, le=3600.0)
+    max_retry_after_seconds: float = Field(default=120.0, ge=0.0, le=86400.0)
+    request_timeout_seconds: float = Field(default=120.0, gt=0.0, le=3600.0)
+    sleep_seconds: float = Field(default=0.0, ge=0.0, le=3600.0)
+    stop_on_error: bool = False
+
+    resume: bool = False
+    retry_errors: bool = False
+    retry_uncertain: bool = False
+    max_new: int | None = Field(default=None, ge=0)
+    allow_modified_release: bool = False
+
+    @field_validator("extra_body")
+    @classmethod
+    def _extra_body_has_no_secret(cls, value: dict[str, Any]) -> dict[str, Any]:
+        check_extra_body(value)
+        reserved = {"model", "messages"} & set(value)
+        if reserved:
+            raise ValueError(f"extra body may not set {', '.join(sorted(reserved))}")
+        return value
+
+    @field_validator("max_output_field")
+    @classmethod
+    def _known_field(cls, value: str | None) -> str | None:
+        if value is not None and value not in MAX_OUTPUT_FIELDS:
+            raise ValueError(f"must be one of {', '.join(MAX_OUTPUT_FIELDS)}")
+        return value
+
+
+def make_config(**fields: Any) -> LiveRunConfig:
+    """Build a config, turning validation failures into one ConfigError a user can read."""
+    try:
+        return LiveRunConfig(**fields)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "config"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{loc.replace('_', '-')}: {msg}")
+    return "; ".join(parts)

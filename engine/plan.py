@@ -1,0 +1,164 @@
+"""Planning a live run: selection, request bodies and digests, with no credential, file or socket."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from typing import Any
+
+from engine import __version__
+from engine.adapters import adapter_for
+from engine.config import LiveRunConfig
+from engine.errors import ConfigError
+from engine.release import Prompt, Release, load_release
+from engine.routes import Route, resolve_route
+from engine.storage import canonical_json, sha256_hex
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    """One prompt's exact, credential-free request body and its hash."""
+
+    prompt_id: str
+    body: dict[str, Any]
+    body_bytes: bytes
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a run would send: the route, the selection and every request body."""
+
+    config: LiveRunConfig
+    release: Release
+    route: Route
+    contract: dict[str, Any]
+    prompts: tuple[Prompt, ...]
+    requests: tuple[PlannedRequest, ...]
+
+    @property
+    def prompt_ids(self) -> tuple[str, ...]:
+        return tuple(p.prompt_id for p in self.prompts)
+
+    @property
+    def prompt_ids_sha256(self) -> str:
+        return sha256_hex("\n".join(self.prompt_ids) + "\n")
+
+    @property
+    def request_set_sha256(self) -> str:
+        return sha256_hex("".join(f"{r.prompt_id}\t{r.sha256}\n" for r in self.requests))
+
+    def route_dict(self) -> dict[str, Any]:
+        return {"provider": self.route.name, "adapter": self.route.adapter,
+                "base_url": self.route.base_url, "auth": self.route.auth,
+                "credential_env": self.route.credential_env,
+                "headers": sorted(self.route.headers)}
+
+    def selection_dict(self) -> dict[str, Any]:
+        c = self.config
+        return {"split": c.split, "limit": c.limit,
+                "prompt_ids_filter": list(c.prompt_ids) if c.prompt_ids else None,
+                "count": len(self.prompts), "prompt_ids_sha256": self.prompt_ids_sha256}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dry-run plan as printed by `run-model --dry-run`."""
+        c = self.config
+        return {
+            "plan": "pqid-live-run",
+            "contacts_provider": False,
+            "target_metadata_exported": False,
+            "release": release_dict(self.release),
+            "route": self.route_dict(),
+            "model": c.model,
+            "selection": self.selection_dict(),
+            "selected_prompt_count": len(self.prompts),
+            "prompt_ids_sha256": self.prompt_ids_sha256,
+            "first_prompt_ids": list(self.prompt_ids[:5]),
+            "request_set_sha256": self.request_set_sha256,
+            "generation_contract": self.contract,
+            "credential": ("none (--no-auth)" if c.no_auth or not self.route.needs_credential
+                           else "read when the run starts: --api-key-file, then "
+                           f"${self.route.credential_env}, then the OS keyring"
+                           if self.route.credential_env else
+                           "read when the run starts: --api-key-file, then the OS keyring"),
+            "output_dir": str(c.output_dir) if c.output_dir else None,
+            "concurrency": c.concurrency,
+            "retry_policy": {"max_retries": c.max_retries,
+                             "retry_backoff_seconds": c.retry_backoff_seconds,
+                             "max_backoff_seconds": c.max_backoff_seconds,
+                             "max_retry_after_seconds": c.max_retry_after_seconds,
+                             "request_timeout_seconds": c.request_timeout_seconds},
+        }
+
+
+def release_dict(release: Release) -> dict[str, Any]:
+    return {"name": release.name, "version": release.version, "digest": release.digest,
+            "prompts_sha256": release.prompts_sha256, "modified": release.modified,
+            "prompt_count": len(release.prompts)}
+
+
+def generation_contract(config: LiveRunConfig, route: Route) -> dict[str, Any]:
+    """The settings that shape every request body; part of the run's identity."""
+    return {
+        "temperature": None if config.omit_temperature else config.temperature,
+        "top_p": None if config.omit_top_p else config.top_p,
+        "max_output_tokens": config.max_output_tokens,
+        "max_output_field": config.max_output_field or route.max_output_field,
+        "seed": config.seed,
+        "extra_body": dict(sorted(config.extra_body.items())),
+        "samples_per_prompt": 1,
+    }
+
+
+def select_prompts(release: Release, config: LiveRunConfig) -> tuple[Prompt, ...]:
+    prompts = list(release.prompts)
+    if config.split is not None:
+        splits = release.split_counts()
+        if config.split not in splits:
+            raise ConfigError(f"--split {config.split!r}: the release has splits "
+                              f"{', '.join(splits)}")
+        prompts = [p for p in prompts if p.split == config.split]
+    if config.prompt_ids:
+        wanted = list(dict.fromkeys(config.prompt_ids))
+        by_id = release.by_id
+        missing = [pid for pid in wanted if pid not in by_id]
+        if missing:
+            raise ConfigError(f"--prompt-ids: the release has no prompt {missing[0]!r}"
+                              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        keep = set(wanted)
+        prompts = [p for p in prompts if p.prompt_id in keep]
+    if config.limit is not None:
+        prompts = prompts[: config.limit]
+    if not prompts:
+        raise ConfigError("the selection is empty: check --split, --prompt-ids and --limit")
+    return tuple(prompts)
+
+
+def build_plan(config: LiveRunConfig, release: Release | None = None) -> Plan:
+    """Validate everything and compute the requests; reads the release, nothing else."""
+    route = resolve_route(config.provider, config.base_url, config.headers)
+    if config.no_auth and route.adapter == "oracle":
+        pass
+    release = release or load_release(config.release_dir,
+                                      allow_modified=config.allow_modified_release)
+    contract = generation_contract(config, route)
+    adapter = adapter_for(route)
+    prompts = select_prompts(release, config)
+    requests = []
+    for prompt in prompts:
+        body = adapter.build_body(config.model, prompt.request_messages(), contract)
+        data = canonical_json(body)
+        requests.append(PlannedRequest(prompt.prompt_id, body, data, sha256_hex(data)))
+    return Plan(config, release, route, contract, prompts, tuple(requests))
+
+
+def plan_live_model_run(config: LiveRunConfig) -> dict[str, Any]:
+    """The dry-run plan as a dict: no credential read, no file written, no connection."""
+    return build_plan(config).to_dict()
+
+
+def environment_dict() -> dict[str, str]:
+    import httpx
+
+    return {"pqid_tui": __version__, "python": platform.python_version(),
+            "httpx": httpx.__version__, "platform": platform.platform(terse=True)}

@@ -1,0 +1,473 @@
+"""The live runner: sends the planned requests with bounded retries and keeps durable evidence."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from engine import __version__
+from engine.adapters import Adapter, Reply, adapter_for
+from engine.config import LiveRunConfig
+from engine.credentials import Credential, resolve_credential
+from engine.errors import ConfigError, ProviderError, ResumeRefused
+from engine.events import (
+    AttemptFinished,
+    Event,
+    ProgressCallback,
+    PromptStateChanged,
+    RunFinished,
+    RunStarted,
+)
+from engine.oracle import OracleTransport
+from engine.plan import Plan, PlannedRequest, build_plan, environment_dict, release_dict
+from engine.records import (
+    ERROR,
+    IN_FLIGHT,
+    RETRY_WAIT,
+    RUN_FORMAT,
+    SUCCESS,
+    Reconciled,
+    RunDir,
+    check_same_contract,
+    utc_now,
+)
+
+
+@dataclass
+class RunResult:
+    """What a live run did; `to_dict()` is run-summary.json."""
+
+    summary: dict[str, Any]
+    run_dir: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.summary)
+
+
+class RunControl:
+    """Pause, resume and stop a run from outside (the app's buttons, a signal handler)."""
+
+    def __init__(self) -> None:
+        self._running = asyncio.Event()
+        self._running.set()
+        self.stopped = False
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    async def wait_running(self) -> None:
+        await self._running.wait()
+
+
+def build_manifest(plan: Plan, credential_source: str) -> dict[str, Any]:
+    c = plan.config
+    return {
+        "format": RUN_FORMAT,
+        "kind": "live_replication",
+        "created_at_utc": utc_now(),
+        "tool": {"name": "pqid-tui", "version": __version__},
+        "environment": environment_dict(),
+        "release": release_dict(plan.release),
+        "publishable": not plan.release.modified,
+        "route": plan.route_dict(),
+        "model": c.model,
+        "selection": plan.selection_dict(),
+        "selected_prompt_ids": list(plan.prompt_ids),
+        "request_set_sha256": plan.request_set_sha256,
+        "generation_contract": plan.contract,
+        "credential_source": credential_source,
+        "contacts_provider": plan.route.adapter != "oracle",
+        "target_metadata_exported": False,
+    }
+
+
+def _redact(data: bytes, secret: str | None) -> bytes:
+    if secret and secret.encode() in data:
+        return data.replace(secret.encode(), b"[REDACTED]")
+    return data
+
+
+def _redact_text(text: str | None, secret: str | None) -> str | None:
+    if text and secret and secret in text:
+        return text.replace(secret, "[REDACTED]")
+    return text
+
+
+@dataclass
+class _Tally:
+    attempts: int = 0
+    attempted_prompts: set[str] = field(default_factory=set)
+    started: float = field(default_factory=time.time)
+
+
+class LiveRun:
+    """One invocation of a live run over a run directory."""
+
+    def __init__(self, config: LiveRunConfig, *, transport: httpx.AsyncBaseTransport | None = None,
+                 progress: ProgressCallback | None = None, control: RunControl | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.config = config
+        self.plan = build_plan(config)
+        self.adapter: Adapter = adapter_for(self.plan.route)
+        self.transport = transport
+        self.progress = progress
+        self.control = control or RunControl()
+        self.env = env
+        if config.output_dir is None:
+            raise ConfigError("--output-dir is required for a run")
+        self.run_dir = RunDir(config.output_dir)
+        self.credential: Credential | None = None
+        self.tally = _Tally()
+        self._pace_lock = asyncio.Lock()
+        self._last_start = 0.0
+        self._stop_new = False
+        self._reconciled: Reconciled | None = None
+
+    def _emit(self, event: Event) -> None:
+        if self.progress is not None:
+            self.progress(event)
+
+    # -- preparation ---------------------------------------------------------------------------
+    def prepare(self) -> list[PlannedRequest]:
+        """Check the output directory, read the credential, create or resume the run dir."""
+        c, plan = self.config, self.plan
+        if plan.route.adapter != "oracle" and not c.acknowledge_prompt_export:
+            raise ConfigError(
+                "sending prompts to a provider needs --acknowledge-third-party-prompt-export "
+                "(the provider's retention, policy, quota and billing terms apply)")
+        if self.run_dir.is_nonempty() and not c.resume:
+            raise ResumeRefused(f"{self.run_dir.path} is not empty: pass --resume to continue "
+                                "the run there, or choose a new --output-dir")
+        resuming = c.resume and self.run_dir.manifest_path.exists()
+        if c.resume and self.run_dir.is_nonempty() and not resuming:
+            raise ResumeRefused(f"{self.run_dir.path}: not a run directory (no run-manifest.json)")
+        if resuming:
+            existing = self.run_dir.read_manifest()
+            check_same_contract(existing, build_manifest(plan, "unchecked"))
+        self.credential = resolve_credential(plan.route, c.api_key_file, no_auth=c.no_auth,
+                                             env=self.env)
+        requests = [{"prompt_id": r.prompt_id, "request_sha256": r.sha256, "body": r.body}
+                    for r in plan.requests]
+        if resuming:
+            self.run_dir.ensure_layout()
+            if not self.run_dir.requests_path.exists():
+                self.run_dir.write_requests(requests)
+        else:
+            self.run_dir.create(build_manifest(plan, self.credential.source), requests)
+        rec = self.run_dir.reconcile(plan.prompt_ids)
+        self._reconciled = rec
+        uncertain = rec.by_state("uncertain")
+        if uncertain and not c.retry_uncertain:
+            raise ResumeRefused(
+                f"{len(uncertain)} prompt(s) were in flight when an earlier run stopped "
+                f"({', '.join(uncertain[:5])}{', ...' if len(uncertain) > 5 else ''}); the "
+                "provider may have answered them. Pass --retry-uncertain to send them again "
+                "(a possible extra paid draw; the uncertain attempt stays in the history)")
+        to_send = []
+        for req in plan.requests:
+            state = rec.statuses[req.prompt_id].state
+            if state == "pending" or (state == "error" and c.retry_errors) or (
+                    state == "uncertain" and c.retry_uncertain):
+                to_send.append(req)
+        if c.max_new is not None:
+            to_send = to_send[: c.max_new]
+        return to_send
+
+    # -- the loop ------------------------------------------------------------------------------
+    async def run(self) -> RunResult:
+        to_send = self.prepare()
+        rec = self._reconciled
+        assert rec is not None
+        sending = {r.prompt_id for r in to_send}
+        self._emit(RunStarted(str(self.run_dir.path), self.plan.route.name, self.config.model,
+                              len(self.plan.requests), len(to_send),
+                              len(self.plan.requests) - len(to_send), self.plan.prompt_ids))
+        for pid, status in rec.statuses.items():
+            if pid not in sending:
+                self._emit(PromptStateChanged(pid, status.state if status.state != "pending"
+                                              else "pending", status.attempts, status.last_error))
+        transport = self.transport
+        if transport is None and self.plan.route.adapter == "oracle":
+            transport = OracleTransport(self.plan.release)
+        timeout = httpx.Timeout(self.config.request_timeout_seconds,
+                                connect=min(10.0, self.config.request_timeout_seconds))
+        limits = httpx.Limits(max_connections=self.config.concurrency,
+                              max_keepalive_connections=self.config.concurrency)
+        queue: asyncio.Queue[PlannedRequest] = asyncio.Queue()
+        for req in to_send:
+            queue.put_nowait(req)
+            self._emit(PromptStateChanged(req.prompt_id, "pending",
+                                          rec.statuses[req.prompt_id].attempts))
+        try:
+            async with httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits,
+                                         follow_redirects=False, trust_env=False) as client:
+                workers = [asyncio.create_task(self._worker(client, queue))
+                           for _ in range(min(self.config.concurrency, max(1, len(to_send))))]
+                try:
+                    await asyncio.gather(*workers)
+                finally:
+                    for w in workers:
+                        w.cancel()
+                    await asyncio.gather(*workers, return_exceptions=True)
+        finally:
+            summary = self.write_summary()
+            self._emit(RunFinished(summary))
+        return RunResult(summary, str(self.run_dir.path))
+
+    async def _worker(self, client: httpx.AsyncClient, queue: asyncio.Queue[PlannedRequest]
+                      ) -> None:
+        while True:
+            await self.control.wait_running()
+            if self.control.stopped or self._stop_new:
+                return
+            try:
+                req = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            await self._send_prompt(client, req)
+
+    async def _pace(self) -> None:
+        if self.config.sleep_seconds <= 0:
+            return
+        async with self._pace_lock:
+            wait = self._last_start + self.config.sleep_seconds - time.monotonic()
+            if wait > 0 and self._last_start:
+                await asyncio.sleep(wait)
+            self._last_start = time.monotonic()
+
+    def _backoff(self, retries_done: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return retry_after
+        base = self.config.retry_backoff_seconds * (2 ** retries_done)
+        return min(base, self.config.max_backoff_seconds) * (1 - 0.25 * random.random())
+
+    async def _send_prompt(self, client: httpx.AsyncClient, req: PlannedRequest) -> None:
+        rec = self._reconciled
+        assert rec is not None
+        status = rec.statuses[req.prompt_id]
+        attempt = status.attempts
+        if status.state == "uncertain":
+            # Keep the interrupted attempt in the history before drawing again.
+            self.run_dir.append_attempt({
+                "prompt_id": req.prompt_id, "attempt": attempt, "started_at_utc": None,
+                "finished_at_utc": utc_now(), "latency_ms": None, "status": None,
+                "error_class": "uncertain", "decision": "uncertain",
+                "error": "in flight when an earlier run stopped; resent with --retry-uncertain",
+                "request_sha256": req.sha256, "raw": None})
+        retries = 0
+        self.tally.attempted_prompts.add(req.prompt_id)
+        while True:
+            attempt += 1
+            await self._pace()
+            record = {"prompt_id": req.prompt_id, "state": IN_FLIGHT, "attempt": attempt,
+                      "attempts": attempt, "request_sha256": req.sha256,
+                      "last_error": status.last_error}
+            self.run_dir.write_record(record)
+            self._emit(PromptStateChanged(req.prompt_id, "in_flight", attempt))
+            self.tally.attempts += 1
+            outcome = await self._attempt(client, req, attempt)
+            if isinstance(outcome, Reply):
+                return
+            error = outcome
+            status.last_error = f"{error.error_class}: {error.message}"
+            give_up = not error.retryable or retries >= self.config.max_retries
+            too_long = (error.retry_after is not None
+                        and error.retry_after > self.config.max_retry_after_seconds)
+            if too_long and error.retryable:
+                give_up = True
+                status.last_error += (f" (the provider asks to wait {error.retry_after:.0f} s, "
+                                      f"more than --max-retry-after-seconds; resume later "
+                                      "with --retry-errors)")
+            delay = 0.0 if give_up else self._backoff(retries, error.retry_after)
+            self._log_attempt_error(req, attempt, error, "terminal" if give_up else "retry", delay)
+            if give_up:
+                self.run_dir.write_record(dict(record, state=ERROR, last_error=status.last_error))
+                self._emit(PromptStateChanged(req.prompt_id, "error", attempt, status.last_error))
+                if self.config.stop_on_error:
+                    self._stop_new = True
+                return
+            self.run_dir.write_record(dict(record, state=RETRY_WAIT,
+                                           last_error=status.last_error))
+            self._emit(PromptStateChanged(req.prompt_id, "retrying", attempt, status.last_error,
+                                          time.time() + delay))
+            retries += 1
+            await asyncio.sleep(delay)
+            if self.control.stopped:
+                return
+
+    def _log_attempt_error(self, req: PlannedRequest, attempt: int, error: ProviderError,
+                           decision: str, delay: float) -> None:
+        info = getattr(error, "_attempt_info", {})
+        self.run_dir.append_attempt(dict(
+            info, prompt_id=req.prompt_id, attempt=attempt, status=error.status,
+            error_class=error.error_class,
+            error=_redact_text(error.message, self.credential.secret if self.credential else None),
+            decision=decision, retry_after_s=error.retry_after,
+            backoff_s=round(delay, 3) if decision == "retry" else None,
+            request_sha256=req.sha256))
+        self._emit(AttemptFinished(req.prompt_id, attempt, error.status,
+                                   int(info.get("latency_ms") or 0), error.error_class,
+                                   "retry" if decision == "retry" else "terminal"))
+
+    async def _attempt(self, client: httpx.AsyncClient, req: PlannedRequest, attempt: int
+                       ) -> Reply | ProviderError:
+        route, secret = self.plan.route, self.credential.secret if self.credential else None
+        headers = {"Content-Type": "application/json", "User-Agent": f"pqid-tui/{__version__}",
+                   **route.headers, **self.adapter.auth_headers(route, secret)}
+        url = self.adapter.url(route, self.config.model)
+        started_utc, t0 = utc_now(), time.monotonic()
+        info: dict[str, Any] = {"started_at_utc": started_utc}
+        try:
+            response = await client.post(url, content=req.body_bytes, headers=headers)
+            body = response.content
+        except httpx.TimeoutException as exc:
+            err = ProviderError("timeout", f"no complete reply within the timeout "
+                                f"({exc.__class__.__name__})", retryable=True)
+            info.update(latency_ms=int((time.monotonic() - t0) * 1000),
+                        finished_at_utc=utc_now(), raw=None)
+            err._attempt_info = info  # type: ignore[attr-defined]
+            return err
+        except httpx.HTTPError as exc:
+            err = ProviderError("connection_error", f"{exc.__class__.__name__}: "
+                                f"{_redact_text(str(exc), secret) or 'connection failed'}",
+                                retryable=True)
+            info.update(latency_ms=int((time.monotonic() - t0) * 1000),
+                        finished_at_utc=utc_now(), raw=None)
+            err._attempt_info = info  # type: ignore[attr-defined]
+            return err
+        latency_ms = int((time.monotonic() - t0) * 1000)
+        body = _redact(body, secret)
+        resp_headers = {k.lower(): v for k, v in response.headers.items()}
+        is_json = True
+        try:
+            json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            is_json = False
+        raw_name = self.run_dir.raw_name(req.prompt_id, attempt, is_json)
+        self.run_dir.write_raw(raw_name, body)
+        info.update(latency_ms=latency_ms, finished_at_utc=utc_now(), raw=raw_name,
+                    content_type=resp_headers.get("content-type"), bytes=len(body))
+        try:
+            reply = self.adapter.parse(response.status_code, resp_headers, body)
+        except ProviderError as err:
+            err._attempt_info = info  # type: ignore[attr-defined]
+            return err
+        self._record_success(req, attempt, reply, response.status_code, info)
+        return reply
+
+    def _record_success(self, req: PlannedRequest, attempt: int, reply: Reply, status: int,
+                        info: dict[str, Any]) -> None:
+        from evaluator.extract import extract_code
+
+        extraction = extract_code(reply.content)
+        response = {
+            "prompt_id": req.prompt_id, "provider": self.plan.route.name,
+            "adapter": self.plan.route.adapter, "model": self.config.model,
+            "returned_model": reply.returned_model, "content": reply.content,
+            "generated_code": extraction.code,
+            "extraction": {"method": extraction.method,
+                           "prose_removed": extraction.prose_removed},
+            "finish_reason": reply.finish_reason, "usage": reply.usage,
+            "request_sha256": req.sha256, "request_id": reply.request_id,
+            "created_at_utc": info["finished_at_utc"], "attempt": attempt,
+            "latency_ms": info["latency_ms"], "http_status": status, "raw": info["raw"],
+        }
+        # Order matters for crash safety: response, then attempt line, then record.
+        self.run_dir.append_response(response)
+        self.run_dir.append_attempt(dict(info, prompt_id=req.prompt_id, attempt=attempt,
+                                         status=status, error_class=None, error=None,
+                                         decision="success", request_sha256=req.sha256))
+        self.run_dir.write_record({"prompt_id": req.prompt_id, "state": SUCCESS,
+                                   "attempt": attempt, "attempts": attempt,
+                                   "request_sha256": req.sha256, "last_error": None,
+                                   "finish_reason": reply.finish_reason})
+        self._emit(AttemptFinished(req.prompt_id, attempt, status, info["latency_ms"], None,
+                                   "success", reply.usage))
+        self._emit(PromptStateChanged(req.prompt_id, "success", attempt))
+
+    # -- summary -------------------------------------------------------------------------------
+    def write_summary(self) -> dict[str, Any]:
+        summary = summarize_run(self.run_dir, self.plan.prompt_ids, repair=False)
+        summary.update({
+            "attempted": len(self.tally.attempted_prompts),
+            "requests_sent": self.tally.attempts,
+            "skipped": len(self.plan.prompt_ids) - len(self.tally.attempted_prompts),
+            "stopped": self.control.stopped or self._stop_new,
+            "elapsed_seconds": round(time.time() - self.tally.started, 3),
+        })
+        with contextlib.suppress(OSError):
+            self.run_dir.write_summary(summary)
+        return summary
+
+
+def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,
+                  repair: bool = False) -> dict[str, Any]:
+    """Counts over the selected prompts, read back from the run directory."""
+    rec = run_dir.reconcile(prompt_ids, repair=repair)
+    counts = Counter(s.state for s in rec.statuses.values())
+    responses = [r for r in run_dir.read_responses() if r["prompt_id"] in rec.statuses]
+    finish = Counter(str(r.get("finish_reason")) for r in responses)
+    usage = Counter[str]()
+    for r in responses:
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            value = (r.get("usage") or {}).get(key)
+            if isinstance(value, int):
+                usage[key] += value
+    models = Counter(str(r.get("returned_model")) for r in responses)
+    attempts = run_dir.read_attempts()
+    return {
+        "run_dir": str(run_dir.path),
+        "selected": len(prompt_ids),
+        "success": counts["success"], "error": counts["error"],
+        "pending": counts["pending"], "uncertain": counts["uncertain"],
+        "complete": counts["success"] + counts["error"] == len(prompt_ids),
+        "total_attempts": len(attempts),
+        "empty_responses": sum(1 for r in responses if not (r.get("content") or "").strip()),
+        "no_code_extracted": sum(1 for r in responses if not r.get("generated_code")),
+        "finish_reasons": dict(sorted(finish.items())),
+        "returned_models": dict(sorted(models.items())),
+        "usage": dict(usage),
+        "errors": {pid: s.last_error for pid, s in rec.statuses.items() if s.state == "error"},
+        "updated_at_utc": utc_now(),
+    }
+
+
+async def run_live_model_async(config: LiveRunConfig, *,
+                               transport: httpx.AsyncBaseTransport | None = None,
+                               progress: ProgressCallback | None = None,
+                               control: RunControl | None = None,
+                               env: dict[str, str] | None = None) -> RunResult:
+    """Run (or resume) a live run on the current event loop."""
+    return await LiveRun(config, transport=transport, progress=progress, control=control,
+                         env=env).run()
+
+
+def run_live_model(config: LiveRunConfig, *, transport: httpx.AsyncBaseTransport | None = None,
+                   progress: ProgressCallback | None = None,
+                   env: dict[str, str] | None = None) -> RunResult:
+    """Run (or resume) a live run to completion; blocking."""
+    return asyncio.run(run_live_model_async(config, transport=transport, progress=progress,
+                                            env=env))
+
+
+__all__ = ["LiveRun", "RunControl", "RunResult", "run_live_model", "run_live_model_async",
+           "summarize_run"]

@@ -1,0 +1,110 @@
+"""Durable files: atomic replacement, fsynced JSON-lines appends, canonical JSON and digests."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The one byte form of a JSON value that is hashed and sent."""
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sha256_hex(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    # Making a rename durable needs the directory entry flushed too.
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace `path` with `data`: a reader sees the old file or the new one, never a mix."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)
+                              + "\n").encode())
+
+
+def append_jsonl(path: Path, obj: Any) -> None:
+    """Append one line with a single write and fsync it before returning."""
+    line = canonical_json(obj) + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def repair_torn_tail(path: Path) -> int:
+    """Cut an unterminated last line (an append a crash interrupted); return bytes removed."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size == 0:
+        return 0
+    with path.open("rb+") as fh:
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return 0
+        # Walk back to the last newline; everything after it never finished being written.
+        pos = size - 1
+        block = 4096
+        while pos > 0:
+            start = max(0, pos - block)
+            fh.seek(start)
+            chunk = fh.read(pos - start)
+            idx = chunk.rfind(b"\n")
+            if idx >= 0:
+                keep = start + idx + 1
+                break
+            pos = start
+        else:
+            keep = 0
+        fh.truncate(keep)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return size - keep
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, value) for every complete line; a torn last line is skipped."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        lines.pop()  # unterminated: an interrupted append
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            yield number, json.loads(line)

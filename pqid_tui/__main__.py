@@ -1,0 +1,9 @@
+"""`python -m pqid_tui` is the `pqid-tui` command."""
+
+from __future__ import annotations
+
+import sys
+
+from pqid_tui.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""The headless commands of `pqid-tui --batch`, one module each."""

@@ -1,0 +1,207 @@
+"""`pqid-tui --batch run-model`: plan (--dry-run) or run one model route over the release."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.config import DEFAULT_CONCURRENCY, make_config
+from engine.errors import ConfigError
+from engine.events import AttemptFinished, Event, PromptStateChanged, RunFinished, RunStarted
+
+from pqid_tui.textsafe import escape_controls
+
+
+def default_release_dir() -> str:
+    from engine.demo import DEMO_RELEASE_DIR
+
+    return str(DEMO_RELEASE_DIR)
+
+
+def add_selection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--split", help="only prompts of this split (default: every prompt)")
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N selected prompts")
+    p.add_argument("--prompt-ids", metavar="ID[,ID...]", action="append",
+                   help="only these prompt IDs (comma-separated; repeatable)")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "run-model", help="send the frozen prompts to one model route (or --dry-run to plan)",
+        description="Send the release's prompts to one model route and keep every byte of "
+                    "evidence in --output-dir. Start with --dry-run: it reads no credential, "
+                    "writes no file and opens no connection.")
+    g = p.add_argument_group("release and output")
+    g.add_argument("--release-dir", default=None,
+                   help="release directory (default: the bundled demo release)")
+    g.add_argument("--output-dir", help="run directory: empty or new, or existing with --resume")
+    g.add_argument("--allow-modified-release", action="store_true",
+                   help="run on a release whose SHA-256 check fails (stamped not publishable)")
+    g = p.add_argument_group("route")
+    g.add_argument("--provider", required=True,
+                   help="openai, groq, github-models, openrouter, hugging-face, nvidia, "
+                        "deepinfra, deepseek, local, or oracle (reference answers, no network)")
+    g.add_argument("--model", help="model ID as the provider names it (oracle: any label)")
+    g.add_argument("--base-url", help="another OpenAI-compatible endpoint for this provider label")
+    g.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
+                   help="extra non-secret request header (repeatable)")
+    g.add_argument("--api-key-file", type=Path, help="read the key from this file")
+    g.add_argument("--no-auth", action="store_true", help="endpoint without authentication")
+    g.add_argument("--acknowledge-third-party-prompt-export", action="store_true",
+                   dest="acknowledge",
+                   help="required to send prompts: the provider's retention, policy, quota and "
+                        "billing terms apply")
+    g = p.add_argument_group("generation contract")
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--max-output-tokens", type=int, default=2048)
+    g.add_argument("--omit-temperature", action="store_true",
+                   help="do not send temperature (routes that reject it)")
+    g.add_argument("--omit-top-p", action="store_true", help="do not send top_p")
+    g.add_argument("--max-output-field", choices=["max_tokens", "max_completion_tokens"],
+                   help="spelling of the output limit (default: the route's)")
+    g.add_argument("--seed", type=int, help="best-effort seed, where the provider accepts one")
+    g.add_argument("--extra-body-json", metavar="FILE",
+                   help="JSON object file of non-secret provider settings merged into each body")
+    g = p.add_argument_group("selection")
+    add_selection_args(p)
+    g = p.add_argument_group("pacing, retries and resume")
+    g.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
+                   help=f"requests in flight at once (default {DEFAULT_CONCURRENCY})")
+    g.add_argument("--max-retries", type=int, default=3, help="retries per prompt (default 3)")
+    g.add_argument("--retry-backoff-seconds", type=float, default=2.0,
+                   help="first backoff, doubled each retry, with jitter (default 2)")
+    g.add_argument("--max-backoff-seconds", type=float, default=60.0)
+    g.add_argument("--max-retry-after-seconds", type=float, default=120.0,
+                   help="a Retry-After longer than this ends the prompt as an error")
+    g.add_argument("--request-timeout-seconds", type=float, default=120.0)
+    g.add_argument("--sleep-seconds", type=float, default=0.0,
+                   help="at least this long between request starts (strict free tiers)")
+    g.add_argument("--stop-on-error", action="store_true",
+                   help="start no new prompt after one ends in a terminal error")
+    g.add_argument("--resume", action="store_true", help="continue the run in --output-dir")
+    g.add_argument("--retry-errors", action="store_true",
+                   help="on resume, send prompts that ended in a terminal error again")
+    g.add_argument("--retry-uncertain", action="store_true",
+                   help="on resume, resend prompts that were in flight when a run died "
+                        "(a possible extra paid draw)")
+    g.add_argument("--max-new", type=int, metavar="N",
+                   help="send at most N prompts in this invocation (quota-aware chunks)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan as JSON and stop")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(handler=run)
+
+
+def _headers(values: list[str]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        name, sep, value = item.partition(":")
+        if not sep:
+            raise ConfigError(f"--header {item!r}: expected NAME:VALUE")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _extra_body(value: str | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    try:
+        text = Path(value).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"--extra-body-json {value}: cannot read ({exc.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--extra-body-json {value}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--extra-body-json {value}: must hold a JSON object")
+    return data
+
+
+def _ids(values: list[str] | None) -> tuple[str, ...] | None:
+    if not values:
+        return None
+    return tuple(i.strip() for v in values for i in v.split(",") if i.strip())
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    model = args.model
+    if model is None:
+        if args.provider != "oracle":
+            raise ConfigError("--model is required (the model ID as the provider names it)")
+        model = "reference"
+    return make_config(
+        release_dir=Path(args.release_dir or default_release_dir()),
+        output_dir=Path(args.output_dir) if args.output_dir else None,
+        provider=args.provider, model=model, base_url=args.base_url,
+        headers=_headers(args.header), api_key_file=args.api_key_file, no_auth=args.no_auth,
+        acknowledge_prompt_export=args.acknowledge, temperature=args.temperature,
+        top_p=args.top_p, max_output_tokens=args.max_output_tokens,
+        omit_temperature=args.omit_temperature, omit_top_p=args.omit_top_p,
+        max_output_field=args.max_output_field, seed=args.seed,
+        extra_body=_extra_body(args.extra_body_json), split=args.split, limit=args.limit,
+        prompt_ids=_ids(args.prompt_ids), concurrency=args.concurrency,
+        max_retries=args.max_retries, retry_backoff_seconds=args.retry_backoff_seconds,
+        max_backoff_seconds=args.max_backoff_seconds,
+        max_retry_after_seconds=args.max_retry_after_seconds,
+        request_timeout_seconds=args.request_timeout_seconds, sleep_seconds=args.sleep_seconds,
+        stop_on_error=args.stop_on_error, resume=args.resume, retry_errors=args.retry_errors,
+        retry_uncertain=args.retry_uncertain, max_new=args.max_new,
+        allow_modified_release=args.allow_modified_release)
+
+
+class ProgressPrinter:
+    """One stderr line per request start and end, and a last line with the counts."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.total = 0
+        self.done = 0
+        self.t0 = time.monotonic()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self.total = event.to_send
+            self._line(f"run {event.provider}/{escape_controls(event.model)}: "
+                       f"{event.selected} selected, {event.to_send} to send, "
+                       f"{event.skipped} skipped -> {event.run_dir}")
+        elif isinstance(event, PromptStateChanged):
+            if event.state == "in_flight":
+                self._line(f"[{self.done}/{self.total}] {event.prompt_id}: sending "
+                           f"(attempt {event.attempt})")
+            elif event.state == "retrying" and event.next_attempt_at:
+                wait = max(0.0, event.next_attempt_at - time.time())
+                self._line(f"[{self.done}/{self.total}] {event.prompt_id}: "
+                           f"{escape_controls(event.error or '')}; retry in {wait:.1f}s")
+            elif event.state in ("success", "error"):
+                self.done += 1
+                detail = "" if event.state == "success" else f": {escape_controls(event.error or '')}"
+                self._line(f"[{self.done}/{self.total}] {event.prompt_id}: {event.state}{detail}")
+        elif isinstance(event, AttemptFinished):
+            pass
+        elif isinstance(event, RunFinished):
+            s = event.summary
+            self._line(f"done in {time.monotonic() - self.t0:.1f}s: {s.get('success')} success, "
+                       f"{s.get('error')} error, {s.get('pending')} pending, "
+                       f"{s.get('uncertain')} uncertain")
+
+    def _line(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.plan import plan_live_model_run
+    from engine.runner import run_live_model
+
+    config = config_from_args(args)
+    if args.dry_run:
+        print(json.dumps(plan_live_model_run(config), indent=2, sort_keys=True))
+        return 0
+    result = run_live_model(config, progress=None if args.quiet else ProgressPrinter())
+    print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+    summary = result.to_dict()
+    return 0 if summary.get("error", 0) == 0 and summary.get("uncertain", 0) == 0 else 1

@@ -1,0 +1,97 @@
+"""Shared fixtures: small releases, a real Secret Service keyring, the fault server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import write_release
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def release_dir(tmp_path: Path) -> Path:
+    return write_release(tmp_path / "release", count=6)
+
+
+@pytest.fixture
+def no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No provider key in the environment and a keyring that must not be touched."""
+    for name in list(os.environ):
+        if name.endswith(("_API_KEY", "_TOKEN")):
+            monkeypatch.delenv(name, raising=False)
+
+    def refuse(*_a: object, **_k: object) -> None:
+        raise AssertionError("the keyring was read")
+
+    import keyring
+
+    monkeypatch.setattr(keyring, "get_password", refuse)
+
+
+@pytest.fixture(scope="session")
+def secret_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A real, unlocked gnome-keyring Secret Service on a private D-Bus session bus.
+
+    Yields the environment variables a process needs to use it.
+    """
+    for tool in ("dbus-daemon", "gnome-keyring-daemon"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is not installed: .ci/setup installs dbus and gnome-keyring")
+    home = tmp_path_factory.mktemp("keyring-home")
+    runtime = home / "run"
+    runtime.mkdir(mode=0o700)
+    env = {**os.environ, "HOME": str(home), "XDG_DATA_HOME": str(home / "data"),
+           "XDG_RUNTIME_DIR": str(runtime), "XDG_CONFIG_HOME": str(home / "config")}
+    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"],
+                           stdout=subprocess.PIPE, env=env, text=True)
+    assert bus.stdout is not None
+    address = bus.stdout.readline().strip()
+    env["DBUS_SESSION_BUS_ADDRESS"] = address
+    daemon = subprocess.run(
+        ["gnome-keyring-daemon", "--unlock", "--components=secrets", "--daemonize"],
+        input="test-keyring-password", env=env, capture_output=True, text=True, timeout=30)
+    if daemon.returncode != 0:
+        bus.kill()
+        pytest.fail(f"gnome-keyring-daemon failed: {daemon.stderr}")
+    keyring_env = {k: env[k] for k in ("HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR",
+                                       "XDG_CONFIG_HOME", "DBUS_SESSION_BUS_ADDRESS")}
+    keyring_env["PYTHON_KEYRING_BACKEND"] = "keyring.backends.SecretService.Keyring"
+    try:
+        yield keyring_env
+    finally:
+        subprocess.run(["pkill", "-f", f"gnome-keyring-daemon.*{home}"], check=False)
+        for line in daemon.stdout.splitlines():
+            if line.startswith("GNOME_KEYRING_PID="):
+                subprocess.run(["kill", line.split("=", 1)[1]], check=False)
+        bus.kill()
+        bus.wait()
+
+
+@pytest.fixture
+def real_keyring(secret_service: dict[str, str], monkeypatch: pytest.MonkeyPatch
+                 ) -> dict[str, str]:
+    """Point this process's keyring library at the real Secret Service."""
+    for key, value in secret_service.items():
+        monkeypatch.setenv(key, value)
+    import keyring
+    from keyring.backends import SecretService
+
+    previous = keyring.get_keyring()
+    keyring.set_keyring(SecretService.Keyring())
+    yield secret_service  # type: ignore[misc]
+    keyring.set_keyring(previous)
+
+
+def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None,
+        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run `pqid-tui` as a user would, in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "pqid_tui", *args], capture_output=True,
+                          text=True, env=env, input=input, timeout=timeout, cwd=ROOT)
