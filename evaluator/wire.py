@@ -18,6 +18,7 @@ __all__ = [
     "WireError",
     "decode_json",
     "encode_json",
+    "frame",
     "send_frames",
     "split_frames",
 ]
@@ -62,9 +63,14 @@ def _remaining(deadline: float | None) -> float | None:
     return left
 
 
+def frame(payload: bytes) -> bytes:
+    """Prefix a payload with its length."""
+    return _HEADER.pack(len(payload)) + payload
+
+
 def send_frames(fd: int, frames: Sequence[bytes], deadline: float | None = None) -> None:
     """Write frames to a pipe; works on blocking and non-blocking descriptors."""
-    data = memoryview(b"".join(_HEADER.pack(len(f)) + f for f in frames))
+    data = memoryview(b"".join(frame(f) for f in frames))
     while data:
         _, writable, _ = select.select([], [fd], [], _remaining(deadline))
         if not writable:

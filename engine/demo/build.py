@@ -144,9 +144,10 @@ def check_panel(prompts: Sequence[dict[str, Any]]) -> None:
         if meta["num_qubits"] > MAX_QUBITS:
             problems.append(f"{p['prompt_id']}: {meta['num_qubits']} qubits > {MAX_QUBITS}")
         for message in p["messages"]:
-            if meta["reference_code"] in message["content"] or "target_metadata" in message[
-                "content"
-            ]:
+            if (
+                meta["reference_code"] in message["content"]
+                or "target_metadata" in message["content"]
+            ):
                 problems.append(f"{p['prompt_id']}: a message leaks evaluator-only data")
     if problems:
         raise BuildError("; ".join(problems))

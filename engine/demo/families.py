@@ -198,8 +198,12 @@ def _bell() -> list[Variant]:
             f"qubit 1 as the control: {_ops_text(ops)}. Then measure qubit 0 into "
             "classical bit 0 and qubit 1 into classical bit 1 (2 classical bits).",
             _source(
-                ["qc = QuantumCircuit(2, 2)", *[_op_code(op) for op in ops],
-                 "qc.measure([0, 1], [0, 1])", "return qc"]
+                [
+                    "qc = QuantumCircuit(2, 2)",
+                    *[_op_code(op) for op in ops],
+                    "qc.measure([0, 1], [0, 1])",
+                    "return qc",
+                ]
             ),
         )
     )
@@ -214,8 +218,12 @@ def _bell() -> list[Variant]:
             "qubits 2 and 3. Use exactly these gates in this order: "
             f"{_ops_text(ops)}. {_measure_all_text(4)}",
             _source(
-                ["qc = QuantumCircuit(4, 4)", *[_op_code(op) for op in ops],
-                 "qc.measure(range(4), range(4))", "return qc"]
+                [
+                    "qc = QuantumCircuit(4, 4)",
+                    *[_op_code(op) for op in ops],
+                    "qc.measure(range(4), range(4))",
+                    "return qc",
+                ]
             ),
         )
     )
@@ -230,8 +238,12 @@ def _bell() -> list[Variant]:
             f"in the Bell state Φ+ and leave qubit 1 untouched: {_ops_text(ops)}. Then "
             "measure qubit 0 into classical bit 0 and qubit 2 into classical bit 1.",
             _source(
-                ["qc = QuantumCircuit(3, 2)", *[_op_code(op) for op in ops],
-                 "qc.measure([0, 2], [0, 1])", "return qc"]
+                [
+                    "qc = QuantumCircuit(3, 2)",
+                    *[_op_code(op) for op in ops],
+                    "qc.measure([0, 2], [0, 1])",
+                    "return qc",
+                ]
             ),
         )
     )
@@ -659,7 +671,9 @@ def _phase_estimation() -> list[Variant]:
             "return qc",
         ]
         variants.append(
-            Variant(f"phase_estimation_t{t}_{num}_{den}", "phase_estimation", t, task, _source(body))
+            Variant(
+                f"phase_estimation_t{t}_{num}_{den}", "phase_estimation", t, task, _source(body)
+            )
         )
     return variants
 
@@ -987,7 +1001,8 @@ def _adder() -> list[Variant]:
             "with control x and target y. "
             f"3) Apply {maj_chain}; then `cx` with control a_{last} and target z; then "
             f"{uma_chain}. "
-            f"4) Measure {readout} and z into classical bit {bits}; the circuit has {bits + 1} classical bits, holding a + b."
+            f"4) Measure {readout} and z into classical bit {bits}; the circuit has "
+            f"{bits + 1} classical bits, holding a + b."
         )
         body = [
             f"bits = {bits}",

@@ -1,0 +1,554 @@
+"""The executor ("zygote"): imports Qiskit once, then runs each snippet in a limited fork.
+
+The supervisor starts it as a fresh interpreter and speaks length-prefixed frames on its
+stdin and stdout. A request holds only the code, the entrypoint name and the limits; the
+target metadata and reference code never reach this process. Each snippet runs in a forked
+child that leaves its session, drops to tight rlimits, works in an empty directory, and hands
+back nothing but a small JSON status and its circuit as QPY on a dedicated pipe.
+
+Snippets run with ``__name__ == "__pqid_snippet__"``: an ``if __name__ == "__main__":`` block
+(usually a demo that simulates or plots) is not part of the circuit contract and is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Thread pools are sized when their libraries load, so the environment must be set before the
+# first import of Qiskit. One thread each keeps a forked child within a small RLIMIT_NPROC.
+for _name, _value in (
+    ("OPENBLAS_NUM_THREADS", "1"),
+    ("OMP_NUM_THREADS", "1"),
+    ("MKL_NUM_THREADS", "1"),
+    ("RAYON_NUM_THREADS", "1"),
+    ("MALLOC_ARENA_MAX", "2"),
+    ("QISKIT_IN_PARALLEL", "TRUE"),
+):
+    os.environ.setdefault(_name, _value)
+
+import builtins
+import io
+import math
+import resource
+import selectors
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from evaluator import discover, processes, wire
+
+__all__ = ["Limits", "main"]
+
+SNIPPET_MODULE_NAME = "__pqid_snippet__"
+SNIPPET_FILE = "snippet.py"
+_RESULT_FD = 3
+_STATUS_LIMIT = 1 << 16
+_CHUNK = 1 << 16
+_TAIL = 4096
+
+# Modules Qiskit would otherwise import on first use; a child that can no longer open files
+# (or that hits its limits) must find them already loaded.
+_PRELOAD = (
+    "qiskit",
+    "qiskit.qpy",
+    "qiskit.circuit.library",
+    "qiskit.quantum_info",
+    "qiskit.circuit._add_control",
+    "qiskit.synthesis.linear.linear_circuits_utils",
+    "qiskit.transpiler.passes.synthesis.hls_plugins",
+    "qiskit.transpiler.preset_passmanagers",
+    "qiskit.primitives",
+)
+# Loaded when installed, because many answers import them and a child would pay for it each time.
+_OPTIONAL_PRELOAD = ("qiskit_aer",)
+
+_CHILD_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "RAYON_NUM_THREADS": "1",
+    "MALLOC_ARENA_MAX": "2",
+    "QISKIT_IN_PARALLEL": "TRUE",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits applied to one snippet."""
+
+    timeout_seconds: float = 20.0
+    memory_mb: int = 2048
+    processes: int = 8
+    file_size_mb: int = 16
+    open_files: int = 128
+    output_cap: int = 16384
+    result_cap: int = 64 << 20
+
+    @classmethod
+    def from_json(cls, raw: object) -> Limits:
+        """Read limits from a request, keeping defaults for anything absent or malformed."""
+        if not isinstance(raw, dict):
+            return cls()
+        base = cls()
+        values: dict[str, Any] = {}
+        for name, default in base.__dict__.items():
+            value = raw.get(name, default)
+            kind = type(default)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                values[name] = kind(value)
+        return cls(**values)
+
+
+class _Capture:
+    """Keeps the head and the tail of a stream whose total size is unbounded."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > _TAIL:
+                del self.tail[: len(self.tail) - _TAIL]
+
+    def text(self) -> str:
+        return self.head.decode("utf-8", "replace")
+
+    def tail_text(self) -> str:
+        joined = bytes(self.head[-_TAIL:] if not self.tail else self.tail)
+        return joined.decode("utf-8", "replace")
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head)
+
+
+def _preload() -> dict[str, str | None]:
+    """Import Qiskit and what it loads lazily; return the versions found."""
+    import importlib
+
+    for name in _PRELOAD:
+        importlib.import_module(name)
+    versions: dict[str, str | None] = {}
+    for name in _OPTIONAL_PRELOAD:
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # absent or broken: the snippets that need it fail on their own
+            versions[name] = None
+        else:
+            versions[name] = str(getattr(module, "__version__", "unknown"))
+    return versions
+
+
+def _set_limit(kind: int, value: int) -> None:
+    """Lower a resource limit (soft and hard) to value, never above the current hard limit."""
+    _, hard = resource.getrlimit(kind)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    try:
+        resource.setrlimit(kind, (value, value))
+    except (ValueError, OSError):
+        pass
+
+
+def _uid_tasks(uid: int) -> int:
+    """Count the threads owned by uid, which RLIMIT_NPROC counts machine-wide."""
+    total = 0
+    for pid in processes.scan_processes():
+        try:
+            with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+                status = handle.read()
+        except OSError:
+            continue
+        fields = dict(
+            line.split(":", 1) for line in status.splitlines() if ":" in line
+        )
+        try:
+            if int(fields.get("Uid", "-1").split()[0]) == uid:
+                total += int(fields.get("Threads", "1").split()[0])
+        except (ValueError, IndexError):
+            continue
+    return total
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte to a blocking descriptor."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    """Exception class name and message, without trusting the exception's own methods."""
+    try:
+        kind = type(exc).__name__
+        kind = kind if isinstance(kind, str) else "Exception"
+    except Exception:
+        kind = "Exception"
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<unprintable exception>"
+    return kind[:100], message[:1000]
+
+
+def _child(
+    code: str,
+    entrypoint: str | None,
+    limits: Limits,
+    workdir: str,
+    out_w: int,
+    err_w: int,
+    res_w: int,
+    nproc: int,
+) -> None:
+    """Run one snippet inside the forked child; never returns."""
+    # Bound now: the snippet may replace module attributes before these are needed.
+    exit_ = os._exit
+    write_all = _write_all
+    frame = wire.frame
+    encode = wire.encode_json
+    status: dict[str, Any] = {"phase": "setup", "error": None, "error_type": None}
+    namespace: dict[str, Any] = {}
+    try:
+        os.setsid()
+        # Stdout and stderr are copied first: the result pipe may be taking their slot.
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.dup2(res_w, _RESULT_FD)
+        # Nothing but stdio and the result pipe stays open: no protocol pipes, no stray files.
+        os.closerange(_RESULT_FD + 1, max(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1024))
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        # Writing past RLIMIT_FSIZE should fail with an error, not kill the snippet silently.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        os.chdir(workdir)
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        os.environ.clear()
+        os.environ.update(_CHILD_ENV)
+        os.environ["HOME"] = workdir
+        os.environ["TMPDIR"] = workdir
+        tempfile.tempdir = None
+        sys.argv = [SNIPPET_FILE]
+        seconds = math.ceil(limits.timeout_seconds)
+        _set_limit(resource.RLIMIT_CORE, 0)
+        _set_limit(resource.RLIMIT_CPU, seconds + 1)
+        _set_limit(resource.RLIMIT_AS, limits.memory_mb << 20)
+        _set_limit(resource.RLIMIT_FSIZE, limits.file_size_mb << 20)
+        _set_limit(resource.RLIMIT_NOFILE, limits.open_files)
+        _set_limit(resource.RLIMIT_NPROC, nproc)
+
+        from qiskit import QuantumCircuit
+        from qiskit import qpy
+
+        dump = qpy.dump
+
+        def is_circuit(value: object) -> bool:
+            return isinstance(value, QuantumCircuit)
+
+        status["phase"] = "compile"
+        path = os.path.join(workdir, SNIPPET_FILE)
+        with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
+            handle.write(code)
+        compiled = compile(code, path, "exec", dont_inherit=True)
+        order = discover.assignment_order(code)
+        namespace.update(
+            {"__name__": SNIPPET_MODULE_NAME, "__file__": path, "__builtins__": builtins}
+        )
+        status["phase"] = "exec"
+        started = time.perf_counter()
+        try:
+            exec(compiled, namespace)
+        except SystemExit as stop:
+            # A script that ends with exit(0) finished normally; any other code is a failure.
+            if stop.code not in (None, 0):
+                raise
+        status["phase"] = "entrypoint"
+        found = discover.find_circuit(namespace, entrypoint, is_circuit, order)
+        status["exec_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        status["circuit_source"] = found.source
+        status["note"] = found.note
+        payload = b""
+        if found.circuit is not None:
+            status["phase"] = "serialize"
+            buffer = io.BytesIO()
+            dump(found.circuit, buffer)
+            payload = buffer.getvalue()
+        status["phase"] = "done"
+        write_all(_RESULT_FD, frame(encode(status)) + frame(payload))
+    except BaseException as exc:
+        try:
+            # Dropping the snippet's objects gives back memory it may have exhausted.
+            namespace.clear()
+        except BaseException:
+            pass
+        try:
+            kind, message = _describe(exc)
+            status["error_type"] = kind
+            status["error"] = message
+            try:
+                traceback.print_exception(exc)
+                sys.stderr.flush()
+            except BaseException:
+                pass
+            write_all(_RESULT_FD, frame(encode(status)) + frame(b""))
+        except BaseException:
+            pass
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        exit_(0)
+
+
+def _parse_result(data: bytes, cap: int) -> tuple[dict[str, Any] | None, bytes, str | None]:
+    """Split the child's result stream into its status and its QPY bytes."""
+    if not data:
+        return None, b"", None
+    frames = wire.split_frames(data, cap)
+    if len(frames) != 2:
+        return None, b"", "the snippet's result stream is malformed"
+    try:
+        status = wire.decode_json(frames[0])
+    except ValueError:
+        return None, b"", "the snippet's status could not be parsed"
+    if not isinstance(status, dict):
+        return None, b"", "the snippet's status is not a JSON object"
+    return status, frames[1], None
+
+
+def _set_nonblocking(fd: int) -> None:
+    """Make reads return what is there instead of waiting."""
+    os.set_blocking(fd, False)
+
+
+def _drain(fd: int, sink: _Capture | bytearray, budget: int) -> None:
+    """Read what is already in a pipe, up to a budget (a stray writer must not hold us)."""
+    while budget > 0:
+        try:
+            chunk = os.read(fd, _CHUNK)
+        except (BlockingIOError, OSError):
+            return
+        if not chunk:
+            return
+        budget -= len(chunk)
+        if isinstance(sink, _Capture):
+            sink.feed(chunk)
+        else:
+            sink += chunk
+
+
+def _remove_tree(path: str) -> None:
+    """Delete a snippet's directory even if it made parts of it unreadable."""
+
+    def unlock(_function: Any, target: str, _info: Any) -> None:
+        try:
+            parent = os.path.dirname(target)
+            os.chmod(parent, stat.S_IRWXU)
+            if os.path.isdir(target) and not os.path.islink(target):
+                os.chmod(target, stat.S_IRWXU)
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                os.unlink(target)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=unlock)
+
+
+class Executor:
+    """Forks and supervises one child per snippet."""
+
+    def __init__(self, temp_root: str) -> None:
+        self.temp_root = temp_root
+        self.uid = os.getuid()
+
+    def run(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """Run one snippet; return the reply header and the circuit's QPY bytes."""
+        code = request.get("code")
+        entrypoint = request.get("entrypoint")
+        if not isinstance(code, str):
+            return {"executor_error": "request has no code"}, b""
+        if not isinstance(entrypoint, str) or not entrypoint.isidentifier():
+            entrypoint = None
+        limits = Limits.from_json(request.get("limits"))
+        # Root ignores RLIMIT_NPROC; for anyone else it counts every task of the uid.
+        nproc = limits.processes + (self.uid and _uid_tasks(self.uid))
+        workdir = tempfile.mkdtemp(prefix="snippet-", dir=self.temp_root)
+        pipes = [os.pipe() for _ in range(3)]
+        started = time.monotonic()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            for read_end, write_end in pipes:
+                os.close(read_end)
+                os.close(write_end)
+            _remove_tree(workdir)
+            return {"executor_error": f"fork failed: {exc}"}, b""
+        if pid == 0:
+            _child(code, entrypoint, limits, workdir,
+                   pipes[0][1], pipes[1][1], pipes[2][1], nproc)
+        for _, write_end in pipes:
+            os.close(write_end)
+        try:
+            return self._watch(pid, [r for r, _ in pipes], limits, started)
+        finally:
+            for read_end, _ in pipes:
+                os.close(read_end)
+            _remove_tree(workdir)
+
+    def _watch(
+        self, pid: int, fds: list[int], limits: Limits, started: float
+    ) -> tuple[dict[str, Any], bytes]:
+        """Collect the child's output until it exits or its time is up."""
+        out = _Capture(limits.output_cap)
+        err = _Capture(limits.output_cap)
+        result = bytearray()
+        overflow = False
+        sinks: dict[int, _Capture | bytearray] = {fds[0]: out, fds[1]: err, fds[2]: result}
+        selector = selectors.DefaultSelector()
+        for fd in fds:
+            _set_nonblocking(fd)
+            selector.register(fd, selectors.EVENT_READ)
+        pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else -1
+        if pidfd >= 0:
+            selector.register(pidfd, selectors.EVENT_READ)
+        deadline = started + limits.timeout_seconds
+        timed_out = False
+        exited = False
+        try:
+            while not exited:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                # Without a pidfd the child's exit is polled; 20 ms keeps that cheap.
+                events = selector.select(left if pidfd >= 0 else min(left, 0.02))
+                for key, _ in events:
+                    fd = int(key.fd)
+                    if fd == pidfd:
+                        exited = True
+                        continue
+                    try:
+                        chunk = os.read(fd, _CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        selector.unregister(fd)
+                        continue
+                    sink = sinks[fd]
+                    if sink is result:
+                        if len(result) + len(chunk) > limits.result_cap + _STATUS_LIMIT:
+                            overflow = True
+                            continue
+                        result += chunk
+                    elif isinstance(sink, _Capture):
+                        sink.feed(chunk)
+                if pidfd < 0 and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                    exited = True
+        finally:
+            selector.close()
+            if pidfd >= 0:
+                os.close(pidfd)
+            # The whole session goes, including anything the snippet started and left behind.
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            _, wait_status = os.waitpid(pid, 0)
+        wall_ms = round((time.monotonic() - started) * 1000, 3)
+        for fd in fds:
+            sink = sinks[fd]
+            if sink is not result or not overflow:
+                _drain(fd, sink, 1 << 20 if sink is not result else limits.result_cap)
+        status, payload, result_error = (None, b"", None)
+        if overflow:
+            result_error = f"the circuit is larger than {limits.result_cap >> 20} MiB as QPY"
+        else:
+            status, payload, result_error = _parse_result(bytes(result), limits.result_cap)
+        reply: dict[str, Any] = {
+            "child_pid": pid,
+            "timed_out": timed_out,
+            "wall_ms": wall_ms,
+            "exit_code": os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None,
+            "signal": os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None,
+            "status": status,
+            "result_error": result_error,
+            "stdout": out.text(),
+            "stdout_total": out.total,
+            "stderr_tail": err.tail_text(),
+            "stderr_total": err.total,
+        }
+        return reply, payload
+
+
+def _take_protocol_fds() -> tuple[int, int]:
+    """Move the protocol pipes off stdin/stdout so that stray prints cannot corrupt them."""
+    proto_in = os.dup(0)
+    proto_out = os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    return proto_in, proto_out
+
+
+def main() -> int:
+    """Serve snippet requests until the supervisor closes the pipe."""
+    processes.make_undumpable()
+    proto_in, proto_out = _take_protocol_fds()
+    # The launch directory is on sys.path under -m; a snippet could plant modules there.
+    sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+    versions = _preload()
+    temp_root = tempfile.mkdtemp(prefix="pqid-executor-")
+    executor = Executor(temp_root)
+    reader = wire.FrameReader(proto_in)
+    wire.send_frames(proto_out, [wire.encode_json(
+        {"type": "ready", "pid": os.getpid(), "optional": versions}
+    )])
+    try:
+        while True:
+            try:
+                raw = reader.read()
+            except wire.PeerClosed:
+                return 0
+            try:
+                request = wire.decode_json(raw)
+                if not isinstance(request, dict):
+                    raise ValueError("request is not an object")
+                reply, payload = executor.run(request)
+            except Exception as exc:
+                reply, payload = {"executor_error": f"{type(exc).__name__}: {exc}"}, b""
+            del raw
+            wire.send_frames(proto_out, [wire.encode_json(reply), payload])
+    finally:
+        shutil.rmtree(temp_root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
