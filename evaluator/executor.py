@@ -12,23 +12,10 @@ Snippets run with ``__name__ == "__pqid_snippet__"``: an ``if __name__ == "__mai
 
 from __future__ import annotations
 
-import os
-
-# Thread pools are sized when their libraries load, so the environment must be set before the
-# first import of Qiskit. One thread each keeps a forked child within a small RLIMIT_NPROC.
-for _name, _value in (
-    ("OPENBLAS_NUM_THREADS", "1"),
-    ("OMP_NUM_THREADS", "1"),
-    ("MKL_NUM_THREADS", "1"),
-    ("RAYON_NUM_THREADS", "1"),
-    ("MALLOC_ARENA_MAX", "2"),
-    ("QISKIT_IN_PARALLEL", "TRUE"),
-):
-    os.environ.setdefault(_name, _value)
-
 import builtins
 import io
 import math
+import os
 import resource
 import selectors
 import shutil
@@ -38,6 +25,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,9 +166,7 @@ def _uid_tasks(uid: int) -> int:
                 status = handle.read()
         except OSError:
             continue
-        fields = dict(
-            line.split(":", 1) for line in status.splitlines() if ":" in line
-        )
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         try:
             if int(fields.get("Uid", "-1").split()[0]) == uid:
                 total += int(fields.get("Threads", "1").split()[0])
@@ -243,9 +229,9 @@ def _child(
         # Writing past RLIMIT_FSIZE should fail with an error, not kill the snippet silently.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         os.chdir(workdir)
-        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
-        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        sys.stdin = open(0, encoding="utf-8", closefd=False)
+        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
         os.environ.clear()
         os.environ.update(_CHILD_ENV)
         os.environ["HOME"] = workdir
@@ -260,8 +246,7 @@ def _child(
         _set_limit(resource.RLIMIT_NOFILE, limits.open_files)
         _set_limit(resource.RLIMIT_NPROC, nproc)
 
-        from qiskit import QuantumCircuit
-        from qiskit import qpy
+        from qiskit import QuantumCircuit, qpy
 
         dump = qpy.dump
 
@@ -272,7 +257,9 @@ def _child(
         path = os.path.join(workdir, SNIPPET_FILE)
         with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
             handle.write(code)
-        compiled = compile(code, path, "exec", dont_inherit=True)
+        # A relative name keeps tracebacks short and free of temporary paths; the file is
+        # in the working directory, so traceback lines still show the source.
+        compiled = compile(code, SNIPPET_FILE, "exec", dont_inherit=True)
         order = discover.assignment_order(code)
         namespace.update(
             {"__name__": SNIPPET_MODULE_NAME, "__file__": path, "__builtins__": builtins}
@@ -309,7 +296,7 @@ def _child(
             status["error_type"] = kind
             status["error"] = message
             try:
-                traceback.print_exception(exc)
+                traceback.print_exception(type(exc), exc, _snippet_frames(exc.__traceback__))
                 sys.stderr.flush()
             except BaseException:
                 pass
@@ -323,6 +310,16 @@ def _child(
         except BaseException:
             pass
         exit_(0)
+
+
+def _snippet_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """Skip the evaluator's own frames at the top of a snippet's traceback."""
+    current = tb
+    while current is not None:
+        if current.tb_frame.f_code.co_filename == SNIPPET_FILE:
+            return current
+        current = current.tb_next
+    return tb
 
 
 def _parse_result(data: bytes, cap: int) -> tuple[dict[str, Any] | None, bytes, str | None]:
@@ -410,8 +407,7 @@ class Executor:
             _remove_tree(workdir)
             return {"executor_error": f"fork failed: {exc}"}, b""
         if pid == 0:
-            _child(code, entrypoint, limits, workdir,
-                   pipes[0][1], pipes[1][1], pipes[2][1], nproc)
+            _child(code, entrypoint, limits, workdir, pipes[0][1], pipes[1][1], pipes[2][1], nproc)
         for _, write_end in pipes:
             os.close(write_end)
         try:
@@ -520,6 +516,17 @@ def _take_protocol_fds() -> tuple[int, int]:
 
 def main() -> int:
     """Serve snippet requests until the supervisor closes the pipe."""
+    # Thread pools are sized when their libraries load, so this must precede the first Qiskit
+    # import. One thread each keeps a forked child within a small RLIMIT_NPROC.
+    for name in (
+        "OPENBLAS_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "RAYON_NUM_THREADS",
+        "MALLOC_ARENA_MAX",
+        "QISKIT_IN_PARALLEL",
+    ):
+        os.environ.setdefault(name, _CHILD_ENV[name])
     processes.make_undumpable()
     proto_in, proto_out = _take_protocol_fds()
     # The launch directory is on sys.path under -m; a snippet could plant modules there.
@@ -528,9 +535,9 @@ def main() -> int:
     temp_root = tempfile.mkdtemp(prefix="pqid-executor-")
     executor = Executor(temp_root)
     reader = wire.FrameReader(proto_in)
-    wire.send_frames(proto_out, [wire.encode_json(
-        {"type": "ready", "pid": os.getpid(), "optional": versions}
-    )])
+    wire.send_frames(
+        proto_out, [wire.encode_json({"type": "ready", "pid": os.getpid(), "optional": versions})]
+    )
     try:
         while True:
             try:

@@ -68,9 +68,7 @@ def _expected(target: dict[str, Any], reference: dict[str, Any] | None) -> dict[
             expected[key] = None
     ops = target.get("ops")
     if isinstance(ops, dict) and all(isinstance(v, int) for v in ops.values()):
-        expected["ops"] = {
-            str(k): int(v) for k, v in sorted(ops.items()) if k not in IGNORED_OPS
-        }
+        expected["ops"] = {str(k): int(v) for k, v in sorted(ops.items()) if k not in IGNORED_OPS}
     elif reference is not None:
         expected["ops"] = reference["ops"]
     else:
@@ -209,8 +207,11 @@ class Grader:
             return "no reference code"
         entrypoint = target.get("entrypoint")
         entry = entrypoint if isinstance(entrypoint, str) else None
-        key = (prompt_id, hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest(),
-               entry or "")
+        key = (
+            prompt_id,
+            hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest(),
+            entry or "",
+        )
         if key not in self._references:
             try:
                 self._references[key] = build_reference(code, entry)
@@ -227,8 +228,11 @@ class Grader:
             candidate = load_circuit(data)
             found = circuit_metadata(candidate)
         except Exception as exc:
-            yield {"stage": "structure", "loaded": False,
-                   "load_error": short_error(type(exc).__name__, str(exc))}
+            yield {
+                "stage": "structure",
+                "loaded": False,
+                "load_error": short_error(type(exc).__name__, str(exc)),
+            }
             return
         reference = self.reference(prompt_id, target)
         reference_meta = (
@@ -251,10 +255,12 @@ class Grader:
                 candidate,
                 reference,
                 mode=mode,
-                operator_max_qubits=_int(request.get("equivalence_max_qubits"),
-                                         DEFAULT_OPERATOR_MAX_QUBITS),
-                statevector_max_qubits=_int(request.get("statevector_max_qubits"),
-                                            DEFAULT_STATEVECTOR_MAX_QUBITS),
+                operator_max_qubits=_int(
+                    request.get("equivalence_max_qubits"), DEFAULT_OPERATOR_MAX_QUBITS
+                ),
+                statevector_max_qubits=_int(
+                    request.get("statevector_max_qubits"), DEFAULT_STATEVECTOR_MAX_QUBITS
+                ),
             )
         else:
             equivalent, reason = None, f"not checked: reference unavailable ({reference})"

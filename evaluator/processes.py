@@ -31,7 +31,10 @@ def _prctl(option: int, arg: int = 0) -> int:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         result: int = libc.prctl(
-            ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
+            ctypes.c_int(option),
+            ctypes.c_ulong(arg),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
             ctypes.c_ulong(0),
         )
     except (OSError, AttributeError):

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from engine.errors import UsageError
+from engine.routes import SECRET_VALUE_RE
 
 from pqid_tui import __version__
 
@@ -15,6 +16,9 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose mistakes are one line on stderr and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse echoes unexpected arguments; one of them may be a key pasted by mistake.
+        message = SECRET_VALUE_RE.sub("[REDACTED: keys are never read from the command line]",
+                                      message)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 

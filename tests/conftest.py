@@ -60,6 +60,8 @@ def secret_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
         input="test-keyring-password", env=env, capture_output=True, text=True, timeout=30)
     if daemon.returncode != 0:
         bus.kill()
+        bus.wait()
+        bus.stdout.close()
         pytest.fail(f"gnome-keyring-daemon failed: {daemon.stderr}")
     keyring_env = {k: env[k] for k in ("HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR",
                                        "XDG_CONFIG_HOME", "DBUS_SESSION_BUS_ADDRESS")}
@@ -73,6 +75,7 @@ def secret_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
                 subprocess.run(["kill", line.split("=", 1)[1]], check=False)
         bus.kill()
         bus.wait()
+        bus.stdout.close()
 
 
 @pytest.fixture

@@ -1,0 +1,676 @@
+"""The supervisor behind ``python -m evaluator serve``: reads a job, scores it, reports.
+
+It holds the target metadata, never imports Qiskit and never runs generated code. Two fresh
+interpreters do the work: the executor runs snippets in limited forks, the grader judges
+the circuits that come back. Either may die (a snippet can kill its parent); the supervisor
+records the item, starts a new one and goes on.
+
+Protocol (stdin, JSON lines, read to EOF before anything is scored)::
+
+    {"type": "config", "timeout_seconds": 20, "memory_mb": 2048, "equivalence_max_qubits": 8}
+    {"type": "item", "prompt_id": "...", "content": "..." | null,
+     "generated_code": "..." | null, "target_metadata": {...}}
+
+Protocol (stdout, JSON lines, written only here)::
+
+    {"type": "hello", "evaluator_version": "...", "environment": {...}}
+    {"type": "started", "prompt_id": "...", "index": 0, "total": n}     # per item
+    {"type": "evaluation", "evaluation": {...}}                          # per item
+    {"type": "done", "count": n}
+
+A malformed input line yields ``{"type": "fatal", "message": "..."}`` and exit status 2.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import IO, Any
+
+import evaluator
+from evaluator import processes, wire
+from evaluator.extract import Extraction, extract_code
+from evaluator.schema import categorize, make_evaluation, short_error
+
+__all__ = ["Config", "Item", "ProtocolError", "Supervisor", "environment", "read_job", "serve"]
+
+# Startup imports Qiskit: about a second warm, several cold, longer on a loaded machine.
+_START_TIMEOUT = 300.0
+# Forking, cleaning up and shipping the circuit back on top of the snippet's own time.
+_EXECUTOR_MARGIN = 15.0
+_QPY_LIMIT = 64 << 20
+_EXCERPT = 400
+
+_WORKER_ENV = {
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "RAYON_NUM_THREADS": "1",
+    "MALLOC_ARENA_MAX": "2",
+    "QISKIT_IN_PARALLEL": "TRUE",
+    "QISKIT_SUPPRESS_PACKAGING_WARNINGS": "Y",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+
+_DISTRIBUTIONS = {
+    "qiskit": "qiskit",
+    "qiskit_aer": "qiskit-aer",
+    "numpy": "numpy",
+    "scipy": "scipy",
+    "rustworkx": "rustworkx",
+    "symengine": "symengine",
+    "sympy": "sympy",
+}
+
+
+class ProtocolError(Exception):
+    """The job on stdin does not follow the protocol."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of one job; every field may be given on the config line."""
+
+    timeout_seconds: float = 20.0
+    memory_mb: int = 2048
+    equivalence_max_qubits: int = 8
+    statevector_max_qubits: int = 14
+    grading_timeout_seconds: float = 60.0
+    max_processes: int = 8
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Config:
+        """Validate a config line."""
+        values: dict[str, Any] = {}
+        known = {f.name: f for f in fields(cls)}
+        for key, value in raw.items():
+            if key == "type":
+                continue
+            if key not in known:
+                print(f"evaluator: ignoring unknown config key {key!r}", file=sys.stderr)
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ProtocolError(f"config {key} must be a number")
+            kind = float if isinstance(getattr(cls(), key), float) else int
+            if kind is int and value != int(value):
+                raise ProtocolError(f"config {key} must be an integer")
+            if value <= 0 or value > 1e6:
+                raise ProtocolError(f"config {key} is out of range")
+            values[key] = kind(value)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One response to score."""
+
+    prompt_id: str
+    content: str | None
+    generated_code: str | None
+    target_metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _parse_item(raw: dict[str, Any], number: int) -> Item:
+    """Validate an item line."""
+    prompt_id = raw.get("prompt_id")
+    if not isinstance(prompt_id, str) or not prompt_id:
+        raise ProtocolError(f"line {number}: prompt_id must be a non-empty string")
+    content = raw.get("content")
+    if content is not None and not isinstance(content, str):
+        raise ProtocolError(f"line {number}: content must be a string or null")
+    code = raw.get("generated_code")
+    if code is not None and not isinstance(code, str):
+        raise ProtocolError(f"line {number}: generated_code must be a string or null")
+    target = raw.get("target_metadata")
+    if not isinstance(target, dict):
+        raise ProtocolError(f"line {number}: target_metadata must be an object")
+    return Item(prompt_id=prompt_id, content=content, generated_code=code, target_metadata=target)
+
+
+def read_job(lines: Iterable[str]) -> tuple[Config, list[Item]]:
+    """Parse a whole job: an optional config line first, then items."""
+    config = Config()
+    items: list[Item] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except ValueError as exc:
+            raise ProtocolError(f"line {number}: not JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise ProtocolError(f"line {number}: not a JSON object")
+        kind = raw.get("type")
+        if kind == "config":
+            if items:
+                raise ProtocolError(f"line {number}: config must come before the items")
+            config = Config.from_json(raw)
+        elif kind == "item":
+            items.append(_parse_item(raw, number))
+        else:
+            raise ProtocolError(f"line {number}: unknown type {kind!r}")
+    return config, items
+
+
+def environment() -> dict[str, str | None]:
+    """Exact versions of the interpreter and the libraries a score depends on."""
+    found: dict[str, str | None] = {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "machine": platform.machine(),
+    }
+    for key, distribution in _DISTRIBUTIONS.items():
+        try:
+            found[key] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            found[key] = None
+    return found
+
+
+class WorkerError(Exception):
+    """A worker process died, hung, or could not start."""
+
+
+class WorkerTimeout(WorkerError):
+    """A worker did not answer before its deadline."""
+
+
+class Worker:
+    """A helper interpreter spoken to with frames on its stdin and stdout."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], cwd: str) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.reader: wire.FrameReader | None = None
+        self.ready = False
+
+    @property
+    def pid(self) -> int | None:
+        """The process id, while one is running."""
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> None:
+        """Launch the interpreter; readiness is awaited on first use."""
+        self.stop()
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+            env=self.env,
+            cwd=self.cwd,
+            # Its own session: a snippet signalling its parent's group cannot reach us.
+            start_new_session=True,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        self.reader = wire.FrameReader(self.proc.stdout.fileno())
+        self.ready = False
+
+    def alive(self) -> bool:
+        """Whether the process is still running."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def ensure(self) -> None:
+        """Start the worker if needed and wait until it has imported everything."""
+        if self.proc is None or not self.alive():
+            self.start()
+        if self.ready:
+            return
+        try:
+            hello = wire.decode_json(self.read(time.monotonic() + _START_TIMEOUT, 1 << 16))
+        except (WorkerError, ValueError) as exc:
+            self.stop()
+            raise WorkerError(f"the {self.name} did not start: {exc}") from None
+        if not isinstance(hello, dict) or hello.get("type") != "ready":
+            self.stop()
+            raise WorkerError(f"the {self.name} sent no ready message")
+        self.ready = True
+
+    def send(self, frames: list[bytes], deadline: float) -> None:
+        """Send frames, turning pipe failures into WorkerError."""
+        if self.proc is None or self.proc.stdin is None:
+            raise WorkerError(f"the {self.name} is not running")
+        try:
+            wire.send_frames(self.proc.stdin.fileno(), frames, deadline)
+        except wire.PeerTimeout:
+            raise WorkerTimeout(f"the {self.name} did not take its input in time") from None
+        except wire.WireError as exc:
+            raise WorkerError(f"the {self.name} stopped taking input ({exc})") from None
+
+    def read(self, deadline: float, limit: int) -> bytes:
+        """Read one frame, turning pipe failures into WorkerError."""
+        if self.reader is None:
+            raise WorkerError(f"the {self.name} is not running")
+        try:
+            return self.reader.read(deadline, limit)
+        except wire.PeerTimeout:
+            raise WorkerTimeout(f"the {self.name} did not answer in time") from None
+        except wire.WireError as exc:
+            raise WorkerError(f"the {self.name} died ({self.describe_exit()}; {exc})") from None
+
+    def describe_exit(self) -> str:
+        """How the process ended, for error messages."""
+        if self.proc is None:
+            return "not started"
+        try:
+            code = self.proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            return "still running"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit status {code}"
+
+    def stop(self) -> None:
+        """Kill the process (and its session) and collect it."""
+        proc, self.proc, self.reader, self.ready = self.proc, None, None, False
+        if proc is None:
+            return
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            print(f"evaluator: the {self.name} ({proc.pid}) would not exit", file=sys.stderr)
+
+
+def _package_parent() -> str:
+    """The directory that holds the evaluator package, for the workers' import path."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(evaluator.__file__)))
+
+
+@dataclass
+class _Run:
+    """What the executor reported about one snippet, reduced to what scoring needs."""
+
+    compiled: bool = True
+    timed_out: bool = False
+    execution_ok: bool = False
+    error: str | None = None
+    circuit_source: str | None = None
+    qpy: bytes = b""
+    stdout: str = ""
+    stdout_truncated: bool = False
+    stderr: str = ""
+    stderr_truncated: bool = False
+    child_pid: int | None = None
+
+
+class Supervisor:
+    """Scores items one after another with an executor and a grader."""
+
+    def __init__(self, config: Config, *, container: bool, out: IO[str]) -> None:
+        self.config = config
+        self.container = container
+        self.out = out
+        self.environment = environment()
+        cwd = tempfile.gettempdir()
+        env = dict(_WORKER_ENV)
+        env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env["PYTHONPATH"] = _package_parent()
+        env["HOME"] = cwd
+        env["TMPDIR"] = cwd
+        python = [sys.executable, "-s", "-m"]
+        self.executor = Worker("executor", [*python, "evaluator.executor"], env, cwd)
+        self.grader = Worker(
+            "grader",
+            [*python, "evaluator.grader", "--memory-mb", str(config.memory_mb)],
+            env,
+            cwd,
+        )
+
+    def emit(self, message: dict[str, Any]) -> None:
+        """Write one protocol line to stdout."""
+        self.out.write(json.dumps(message, ensure_ascii=True) + "\n")
+        self.out.flush()
+
+    def close(self) -> None:
+        """Stop both workers and anything left behind."""
+        self.executor.stop()
+        self.grader.stop()
+        self._sweep(())
+
+    def run(self, items: list[Item]) -> None:
+        """Score every item and report each one."""
+        # Both interpreters import Qiskit at the same time, while the first item is prepared.
+        for worker in (self.executor, self.grader):
+            try:
+                worker.start()
+            except OSError as exc:
+                print(f"evaluator: could not start the {worker.name}: {exc}", file=sys.stderr)
+        # Waiting here keeps start-up time out of the first item's duration. A failure is
+        # only reported: each item tries again and records its own error.
+        for worker in (self.executor, self.grader):
+            try:
+                worker.ensure()
+            except (WorkerError, OSError) as exc:
+                print(f"evaluator: {exc}", file=sys.stderr)
+        self.emit(
+            {
+                "type": "hello",
+                "evaluator_version": evaluator.__version__,
+                "environment": self.environment,
+            }
+        )
+        for index, item in enumerate(items):
+            self.emit(
+                {
+                    "type": "started",
+                    "prompt_id": item.prompt_id,
+                    "index": index,
+                    "total": len(items),
+                }
+            )
+            self.emit({"type": "evaluation", "evaluation": self.evaluate(item)})
+        self.emit({"type": "done", "count": len(items)})
+
+    def _sweep(self, sessions: Iterable[int]) -> int:
+        """Kill processes a snippet left behind; returns how many were killed."""
+        keep = [pid for pid in (self.executor.pid, self.grader.pid) if pid is not None]
+        result = processes.sweep(keep=keep, container=self.container, sessions=sessions)
+        if not result.converged:
+            print(
+                "evaluator: stray processes survived the sweep; restarting workers", file=sys.stderr
+            )
+            self.executor.stop()
+            self.grader.stop()
+            result = processes.sweep(keep=(), container=self.container, sessions=sessions)
+        return result.killed
+
+    def _execute(self, code: str, entrypoint: str | None) -> _Run:
+        """Run the code in the executor and interpret its report."""
+        config = self.config
+        request = {
+            "code": code,
+            "entrypoint": entrypoint,
+            "limits": {
+                "timeout_seconds": config.timeout_seconds,
+                "memory_mb": config.memory_mb,
+                "processes": config.max_processes,
+            },
+        }
+        try:
+            self.executor.ensure()
+            deadline = time.monotonic() + config.timeout_seconds + _EXECUTOR_MARGIN
+            self.executor.send([wire.encode_json(request)], deadline)
+            header = wire.decode_json(self.executor.read(deadline, 1 << 20))
+            payload = self.executor.read(deadline, _QPY_LIMIT)
+        except WorkerError as exc:
+            self.executor.stop()
+            return _Run(
+                timed_out=isinstance(exc, WorkerTimeout),
+                error=short_error("EvaluatorError", f"{exc}; it was restarted"),
+            )
+        except ValueError as exc:
+            self.executor.stop()
+            return _Run(error=short_error("EvaluatorError", f"unreadable executor reply: {exc}"))
+        if not isinstance(header, dict):
+            return _Run(error="EvaluatorError: unreadable executor reply")
+        return _interpret(header, payload)
+
+    def _grade(self, item: Item, qpy: bytes) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """Ask the grader for the structural verdict and the final checks."""
+        request = {
+            "prompt_id": item.prompt_id,
+            "target_metadata": item.target_metadata,
+            "equivalence_max_qubits": self.config.equivalence_max_qubits,
+            "statevector_max_qubits": self.config.statevector_max_qubits,
+        }
+        structure: dict[str, Any] | None = None
+        try:
+            # A grader that something killed between items is replaced here, before use.
+            self.grader.ensure()
+            deadline = time.monotonic() + self.config.grading_timeout_seconds
+            self.grader.send([wire.encode_json(request), qpy], deadline)
+            while True:
+                stage = wire.decode_json(self.grader.read(deadline, 1 << 24))
+                if not isinstance(stage, dict):
+                    raise WorkerError("the grader sent an unreadable answer")
+                if stage.get("stage") == "structure":
+                    structure = stage
+                    if not stage.get("loaded"):
+                        return structure, {}
+                elif stage.get("stage") == "final":
+                    return structure, stage
+                else:
+                    raise WorkerError(f"the grader failed: {stage.get('error')}")
+        except (WorkerError, ValueError) as exc:
+            self.grader.stop()
+            return structure, {"error": str(exc)}
+
+    def evaluate(self, item: Item) -> dict[str, Any]:
+        """Score one item; never raises for anything the item contains."""
+        started = time.monotonic()
+        if item.generated_code is not None and item.generated_code.strip():
+            extraction = Extraction(item.generated_code, "provided", False, 0)
+        else:
+            extraction = extract_code(item.content)
+        extraction_info = {
+            "method": extraction.method,
+            "prose_removed": extraction.prose_removed,
+            "fences": extraction.fences,
+        }
+        common: dict[str, Any] = {
+            "prompt_id": item.prompt_id,
+            "extraction": extraction_info,
+            "environment": self.environment,
+        }
+
+        def finish(**values: Any) -> dict[str, Any]:
+            values.setdefault("duration_ms", round((time.monotonic() - started) * 1000))
+            return make_evaluation(**common, **values)
+
+        if not extraction.code.strip():
+            return finish(
+                category="no_code",
+                execution_ok=False,
+                circuit_found=False,
+                equivalence_reason="not checked: no code",
+            )
+        entry = item.target_metadata.get("entrypoint")
+        run = self._execute(extraction.code, entry if isinstance(entry, str) else None)
+        sessions = [run.child_pid] if run.child_pid else []
+        killed = self._sweep(sessions)
+        outputs = {
+            "stdout_excerpt": run.stdout[:_EXCERPT],
+            "stdout_truncated": run.stdout_truncated or len(run.stdout) > _EXCERPT,
+            "stderr_excerpt": run.stderr[-_EXCERPT:],
+            "stderr_truncated": run.stderr_truncated or len(run.stderr) > _EXCERPT,
+            "stray_processes_killed": killed,
+            "circuit_source": run.circuit_source,
+        }
+        circuit_found = bool(run.qpy)
+        if not (run.compiled and not run.timed_out and run.execution_ok and circuit_found):
+            category = categorize(
+                has_code=True,
+                compiled=run.compiled,
+                timed_out=run.timed_out,
+                execution_ok=run.execution_ok,
+                circuit_found=circuit_found,
+                width_match=False,
+                gate_types_match=False,
+                gate_counts_match=False,
+            )
+            return finish(
+                category=category,
+                execution_ok=run.execution_ok,
+                circuit_found=False,
+                error=run.error,
+                equivalence_reason="not checked: no circuit",
+                **outputs,
+            )
+        structure, final = self._grade(item, run.qpy)
+        if structure is None or not structure.get("loaded"):
+            why = (structure or {}).get("load_error") or final.get("error") or "unknown"
+            return finish(
+                category="execution_error",
+                execution_ok=True,
+                circuit_found=True,
+                error=short_error("CircuitLoadError", str(why)),
+                equivalence_reason="not checked: circuit not loaded",
+                **outputs,
+            )
+        width = bool(structure.get("width_match"))
+        types = bool(structure.get("gate_types_match"))
+        counts = bool(structure.get("gate_counts_match"))
+        category = categorize(
+            has_code=True,
+            compiled=True,
+            timed_out=False,
+            execution_ok=True,
+            circuit_found=True,
+            width_match=width,
+            gate_types_match=types,
+            gate_counts_match=counts,
+        )
+        equivalent = final.get("equivalent")
+        reason = final.get("equivalence_reason")
+        if "error" in final:
+            reason = f"not checked: {final['error']}"
+        return finish(
+            category=category,
+            execution_ok=True,
+            circuit_found=True,
+            width_match=width,
+            gate_types_match=types,
+            gate_counts_match=counts,
+            qasm3_ok=bool(final.get("qasm3_ok")),
+            qasm3_error=final.get("qasm3_error"),
+            equivalent=equivalent if isinstance(equivalent, bool) else None,
+            equivalence_reason=str(reason or "not checked"),
+            error=None,
+            structure={
+                "expected": structure.get("expected"),
+                "found": structure.get("found"),
+                "differences": structure.get("differences", []),
+            },
+            **outputs,
+        )
+
+
+def _interpret(header: dict[str, Any], payload: bytes) -> _Run:
+    """Turn the executor's reply into the facts categories are decided from."""
+    stdout = str(header.get("stdout", ""))
+    stderr = str(header.get("stderr_tail", ""))
+    child_pid = header.get("child_pid")
+    run = _Run(
+        stdout=stdout,
+        stdout_truncated=_count(header.get("stdout_total")) > len(stdout.encode()),
+        stderr=stderr,
+        stderr_truncated=_count(header.get("stderr_total")) > len(stderr.encode()),
+        child_pid=child_pid if isinstance(child_pid, int) else None,
+    )
+    if header.get("executor_error"):
+        run.error = short_error("EvaluatorError", str(header["executor_error"]))
+        return run
+    if header.get("timed_out"):
+        run.timed_out = True
+        run.error = "Timeout: the snippet ran past its time limit and was killed"
+        return run
+    status = header.get("status")
+    signum = header.get("signal")
+    if not isinstance(status, dict):
+        if signum == signal.SIGXCPU:
+            run.timed_out = True
+            run.error = "Timeout: the snippet used up its CPU time limit"
+        elif isinstance(signum, int):
+            run.error = f"Killed: the snippet process was ended by {_signal_name(signum)}"
+        elif header.get("result_error"):
+            run.error = short_error("EvaluatorError", str(header["result_error"]))
+        else:
+            run.error = (
+                f"SnippetExit: the snippet process exited with status {header.get('exit_code')}"
+                " before reporting a result"
+            )
+        return run
+    run.circuit_source = (
+        status.get("circuit_source") if isinstance(status.get("circuit_source"), str) else None
+    )
+    error_type = status.get("error_type")
+    if error_type:
+        message = short_error(str(error_type), str(status.get("error") or ""))
+        if status.get("phase") == "compile":
+            run.compiled = False
+        elif status.get("phase") == "setup":
+            message = short_error("EvaluatorError", f"snippet setup failed: {message}")
+        run.error = message
+        return run
+    if header.get("result_error"):
+        run.error = short_error("EvaluatorError", str(header["result_error"]))
+        return run
+    run.execution_ok = True
+    if payload:
+        run.qpy = payload
+    else:
+        run.error = short_error("NoCircuit", str(status.get("note") or "no QuantumCircuit found"))
+    return run
+
+
+def _count(value: object) -> int:
+    """A byte count from the executor's reply (0 when missing or malformed)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _signal_name(signum: int) -> str:
+    """A signal's conventional name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def serve(stdin: IO[str], stdout: IO[str], *, container: bool) -> int:
+    """Run one job from stdin to stdout; returns the exit status."""
+    processes.make_undumpable()
+    # Orphans of a snippet then land under this process, where the sweep can find them.
+    processes.become_subreaper()
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        config, items = read_job(stdin)
+    except ProtocolError as exc:
+        stdout.write(json.dumps({"type": "fatal", "message": str(exc)}) + "\n")
+        stdout.flush()
+        return 2
+    except UnicodeDecodeError as exc:
+        stdout.write(json.dumps({"type": "fatal", "message": f"input is not UTF-8: {exc}"}) + "\n")
+        stdout.flush()
+        return 2
+    supervisor = Supervisor(config, container=container, out=stdout)
+    try:
+        supervisor.run(items)
+    except BrokenPipeError:
+        return 1
+    finally:
+        supervisor.close()
+    return 0
