@@ -164,7 +164,9 @@ class OpenAIChatAdapter:
             raise ProviderError("unexpected_body", f"HTTP {status} body has no choices",
                                 retryable=True, status=status)
         choice = choices[0]
-        message_obj = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        message_obj = choice.get("message")
+        if not isinstance(message_obj, dict):
+            message_obj = {}
         content = message_obj.get("content")
         if isinstance(content, list):  # content parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))

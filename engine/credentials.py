@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engine.errors import CredentialError
 from engine.routes import Route
@@ -28,7 +29,8 @@ class Credential:
         return f"Credential(source={self.source!r})"
 
 
-def _keyring():  # type: ignore[no-untyped-def]
+def _keyring() -> tuple[Any, Any]:
+    # Imported on use: a dry run or a --no-auth run never loads a keyring backend.
     import keyring
     import keyring.errors
 
@@ -48,7 +50,8 @@ def _clean(secret: str, where: str) -> str:
 def keyring_get(route_name: str) -> str | None:
     keyring, errors = _keyring()
     try:
-        return keyring.get_password(KEYRING_SERVICE, route_name)
+        value = keyring.get_password(KEYRING_SERVICE, route_name)
+        return value if isinstance(value, str) else None
     except errors.KeyringError as exc:
         raise CredentialError(f"the OS keyring could not be read ({exc.__class__.__name__}: {exc})"
                               "; unlock it, or use the environment variable or --api-key-file"

@@ -1,4 +1,4 @@
-"""Planning a live run: selection, request bodies and digests, with no credential, file or socket."""
+"""Planning a live run: selection, request bodies and digests; no credential, file or socket."""
 
 from __future__ import annotations
 

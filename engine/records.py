@@ -205,8 +205,8 @@ class RunDir:
         for pid in prompt_ids:
             record = self.read_record(pid)
             logged = last_attempt.get(pid)
-            attempts = max(int(record.get("attempts", 0)) if record else 0,
-                           int(logged.get("attempt", 0)) if logged else 0)
+            n_attempts = max(int(record.get("attempts", 0)) if record else 0,
+                             int(logged.get("attempt", 0)) if logged else 0)
             last_error = record.get("last_error") if record else None
             if pid in responses:
                 state = "success"
@@ -227,7 +227,7 @@ class RunDir:
                 last_error = logged.get("error") or last_error
             else:
                 state = "uncertain"
-            out.statuses[pid] = PromptStatus(pid, state, attempts, last_error, record)
+            out.statuses[pid] = PromptStatus(pid, state, n_attempts, last_error, record)
         return out
 
 

@@ -192,7 +192,8 @@ def load_release(root: Path | str, *, allow_modified: bool = False) -> Release:
         raise ReleaseError(f"{prompts_path}: file is missing (named in {manifest_path})")
     prompts_sha = sha256_file(prompts_path)
     if prompts_sha != expected_sha:
-        problems.append(f"{prompts_path}: SHA-256 is {prompts_sha}, release.json says {expected_sha}")
+        problems.append(f"{prompts_path}: SHA-256 is {prompts_sha}, "
+                        f"release.json says {expected_sha}")
 
     files = manifest.get("files", {})
     if not isinstance(files, dict):
@@ -248,7 +249,8 @@ def _read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise ReleaseError(f"{path}: file is missing; is this a pqid-release/1 directory?") from None
+        raise ReleaseError(f"{path}: file is missing; is this a pqid-release/1 directory?"
+                           ) from None
     except OSError as exc:
         raise ReleaseError(f"{path}: cannot read ({exc.strerror})") from None
 

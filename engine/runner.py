@@ -9,7 +9,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -22,6 +22,7 @@ from engine.events import (
     AttemptFinished,
     Event,
     ProgressCallback,
+    PromptState,
     PromptStateChanged,
     RunFinished,
     RunStarted,
@@ -203,8 +204,8 @@ class LiveRun:
                               len(self.plan.requests) - len(to_send), self.plan.prompt_ids))
         for pid, status in rec.statuses.items():
             if pid not in sending:
-                self._emit(PromptStateChanged(pid, status.state if status.state != "pending"
-                                              else "pending", status.attempts, status.last_error))
+                self._emit(PromptStateChanged(pid, cast(PromptState, status.state),
+                                              status.attempts, status.last_error))
         transport = self.transport
         if transport is None and self.plan.route.adapter == "oracle":
             transport = OracleTransport(self.plan.release)
@@ -257,8 +258,8 @@ class LiveRun:
     def _backoff(self, retries_done: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return retry_after
-        base = self.config.retry_backoff_seconds * (2 ** retries_done)
-        return min(base, self.config.max_backoff_seconds) * (1 - 0.25 * random.random())
+        base: float = self.config.retry_backoff_seconds * (2 ** retries_done)
+        return float(min(base, self.config.max_backoff_seconds) * (1 - 0.25 * random.random()))
 
     async def _send_prompt(self, client: httpx.AsyncClient, req: PlannedRequest) -> None:
         rec = self._reconciled

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from engine.errors import UsageError
 from engine.routes import SECRET_VALUE_RE
-
 from pqid_tui import __version__
 
 

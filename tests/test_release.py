@@ -32,16 +32,16 @@ def test_sha_mismatch_names_the_file(release_dir: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     root = write_release(tmp_path / "r", frozen={"oracle": [{"prompt_id": "ghz_00"}]})
     (root / "frozen" / "oracle.evaluations.jsonl").unlink()
-    with pytest.raises(ReleaseError, match="oracle.evaluations.jsonl: file is missing"):
+    with pytest.raises(ReleaseError, match=r"oracle\.evaluations\.jsonl: file is missing"):
         load_release(root)
 
 
 @pytest.mark.parametrize(("mutate", "expected"), [
-    (lambda lines: lines + [lines[0]], r"prompts\.jsonl:4: duplicate prompt_id 'a' \(first on "
+    (lambda lines: [*lines, lines[0]], r"prompts\.jsonl:4: duplicate prompt_id 'a' \(first on "
                                        r"line 1\)"),
-    (lambda lines: lines[:1] + ["{not json"] + lines[1:], r"prompts\.jsonl:2: not a JSON line"),
-    (lambda lines: lines[:2] + ['{"prompt_id": "x"}'], r"prompts\.jsonl:3: prompt x has no split"),
-    (lambda lines: lines[:2] + ['[1, 2]'], r"prompts\.jsonl:3: expected a JSON object"),
+    (lambda lines: [*lines[:1], "{not json", *lines[1:]], r"prompts\.jsonl:2: not a JSON line"),
+    (lambda lines: [*lines[:2], '{"prompt_id": "x"}'], r"prompts\.jsonl:3: prompt x has no split"),
+    (lambda lines: [*lines[:2], '[1, 2]'], r"prompts\.jsonl:3: expected a JSON object"),
 ])
 def test_malformed_prompt_lines_name_file_and_line(tmp_path: Path, mutate, expected) -> None:  # type: ignore[no-untyped-def]
     lines = [json.dumps(prompt_line(pid, 2)) for pid in ("a", "b", "c")]

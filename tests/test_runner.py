@@ -155,7 +155,7 @@ def test_uncertain_prompts_refuse_resume_until_retry_uncertain(release_dir: Path
     attempts = [a for a in rd.read_attempts() if a["prompt_id"] != "ghz_02"]
     rd.attempts_path.write_text("".join(json.dumps(a) + "\n" for a in attempts))
     rd.write_record({"prompt_id": "ghz_02", "state": "in_flight", "attempt": 1, "attempts": 1})
-    with pytest.raises(ResumeRefused, match="1 prompt.* in flight .*--retry-uncertain"):
+    with pytest.raises(ResumeRefused, match=r"1 prompt.* in flight .*--retry-uncertain"):
         run_live_model(config(release_dir, out, limit=3, resume=True),
                        transport=answering_transport(release_dir), env=ENV)
     seen: list[dict[str, Any]] = []

@@ -12,7 +12,6 @@ from typing import Any
 from engine.config import DEFAULT_CONCURRENCY, make_config
 from engine.errors import ConfigError
 from engine.events import AttemptFinished, Event, PromptStateChanged, RunFinished, RunStarted
-
 from pqid_tui.textsafe import escape_controls
 
 
@@ -179,7 +178,8 @@ class ProgressPrinter:
                            f"{escape_controls(event.error or '')}; retry in {wait:.1f}s")
             elif event.state in ("success", "error"):
                 self.done += 1
-                detail = "" if event.state == "success" else f": {escape_controls(event.error or '')}"
+                detail = ("" if event.state == "success"
+                          else f": {escape_controls(event.error or '')}")
                 self._line(f"[{self.done}/{self.total}] {event.prompt_id}: {event.state}{detail}")
         elif isinstance(event, AttemptFinished):
             pass
