@@ -51,6 +51,10 @@ class LiveRunConfig(BaseModel):
     sleep_seconds: float = Field(default=0.0, ge=0.0, le=3600.0)
     stop_on_error: bool = False
 
+    require_exact_model: bool = False
+    prices_path: Path | None = None
+    recast: bool = False
+
     resume: bool = False
     retry_errors: bool = False
     retry_uncertain: bool = False

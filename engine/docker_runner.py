@@ -125,7 +125,7 @@ def killed_evaluation(prompt_id: str, reason: str) -> dict[str, Any]:
         "prompt_id": prompt_id, "category": "execution_error", "execution_ok": False,
         "circuit_found": False, "structural_match": False, "width_match": False,
         "gate_types_match": False, "gate_counts_match": False, "qasm3_ok": False,
-        "equivalent": None, "equivalence_note": "not checked: the evaluator was killed",
+        "equivalent": None, "equivalence_reason": "not checked: the evaluator was killed",
         "error": f"EvaluatorKilled: the evaluator was killed while running this response "
                  f"({reason}); the remaining responses were evaluated by a fresh evaluator",
         "duration_ms": None, "evaluator_killed": True,
@@ -358,8 +358,9 @@ class _ProcessSession:
         self._drain.start()
 
     def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for chunk in iter(lambda: self.proc.stderr.read1(4096), b""):  # type: ignore[union-attr]
+        stream = self.proc.stderr
+        assert stream is not None
+        for chunk in iter(lambda: os.read(stream.fileno(), 4096), b""):
             self._tail = (self._tail + chunk)[-_STDERR_TAIL:]
 
     def send(self, data: bytes) -> None:
@@ -375,9 +376,9 @@ class _ProcessSession:
             self.proc.stdin.close()
 
     def stdout_lines(self) -> Iterator[bytes]:
-        assert self.proc.stdout is not None
         stream = self.proc.stdout
-        return _split_lines(iter(lambda: stream.read1(65536), b""))
+        assert stream is not None
+        return _split_lines(iter(lambda: os.read(stream.fileno(), 65536), b""))
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -602,12 +603,14 @@ class _ContainerSession:
             nano_cpus=int(cpus * 1e9),
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
-            init=True,  # reaps orphans of the snippets' process trees
             ulimits=[Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
                      Ulimit(name="core", soft=0, hard=0)],
             # Nothing is logged on the host: a snippet's flood of output fills no host disk.
             log_config=LogConfig(type=LogConfig.types.NONE),
         )
+        # No init process: the evaluator is the container's PID 1 (`serve --container`), which
+        # a snippet running as the same uid cannot kill (the kernel drops signals to a
+        # namespace's init that it has no handler for); it reaps and sweeps orphans itself.
         # The low-level call with detach=False sets StdinOnce: the container's stdin closes
         # when ours does, which is how the evaluator learns that the items are all there.
         created = api.create_container(

@@ -10,6 +10,7 @@ from engine import __version__
 from engine.adapters import adapter_for
 from engine.config import LiveRunConfig
 from engine.errors import ConfigError
+from engine.prices import estimate_tokens, load_prices, plan_cost
 from engine.release import Prompt, Release, load_release
 from engine.routes import Route, resolve_route
 from engine.storage import canonical_json, sha256_hex
@@ -60,6 +61,14 @@ class Plan:
                 "prompt_ids_filter": list(c.prompt_ids) if c.prompt_ids else None,
                 "count": len(self.prompts), "prompt_ids_sha256": self.prompt_ids_sha256}
 
+    def cost_estimate(self) -> dict[str, Any]:
+        if self.route.adapter == "oracle":
+            return {"usd_low": 0.0, "usd_high": 0.0, "price": "oracle: no provider"}
+        table = load_prices(self.config.prices_path)
+        prompt_tokens = sum(estimate_tokens(r.body_bytes) for r in self.requests)
+        return plan_cost(table, self.config.model, prompt_tokens, len(self.requests),
+                         self.config.max_output_tokens)
+
     def to_dict(self) -> dict[str, Any]:
         """The dry-run plan as printed by `run-model --dry-run`."""
         c = self.config
@@ -82,6 +91,8 @@ class Plan:
                            if self.route.credential_env else
                            "read when the run starts: --api-key-file, then the OS keyring"),
             "output_dir": str(c.output_dir) if c.output_dir else None,
+            "cost_estimate": self.cost_estimate(),
+            "require_exact_model": c.require_exact_model,
             "concurrency": c.concurrency,
             "retry_policy": {"max_retries": c.max_retries,
                              "retry_backoff_seconds": c.retry_backoff_seconds,
@@ -99,6 +110,9 @@ def release_dict(release: Release) -> dict[str, Any]:
 
 def generation_contract(config: LiveRunConfig, route: Route) -> dict[str, Any]:
     """The settings that shape every request body; part of the run's identity."""
+    if config.max_output_field is not None and route.adapter not in ("openai-chat", "oracle"):
+        raise ConfigError(f"--max-output-field applies to OpenAI-compatible routes; the "
+                          f"{route.adapter} adapter always sends {route.max_output_field}")
     return {
         "temperature": None if config.omit_temperature else config.temperature,
         "top_p": None if config.omit_top_p else config.top_p,

@@ -15,10 +15,10 @@ class Route:
     """Where requests go and how they are authenticated."""
 
     name: str
-    adapter: str  # "openai-chat" | "oracle"
+    adapter: str  # "openai-chat" | "anthropic-messages" | "gemini-generate" | "oracle"
     base_url: str
     credential_env: str | None
-    auth: str  # "bearer" | "none"
+    auth: str  # "bearer" | "x-api-key" | "x-goog-api-key" | "none"
     headers: dict[str, str] = field(default_factory=dict)
     max_output_field: str = "max_tokens"
     notes: str = ""
@@ -51,6 +51,14 @@ PRESETS: dict[str, Route] = {
               "DEEPINFRA_TOKEN", "bearer", notes="DeepInfra OpenAI-compatible route"),
         Route("deepseek", "openai-chat", "https://api.deepseek.com", "DEEPSEEK_API_KEY",
               "bearer", notes="DeepSeek; may pad slow replies with blank lines"),
+        Route("anthropic", "anthropic-messages", "https://api.anthropic.com",
+              "ANTHROPIC_API_KEY", "x-api-key",
+              headers={"anthropic-version": "2023-06-01"}, max_output_field="max_tokens",
+              notes="native Anthropic Messages API; newer Claude models reject temperature "
+                    "and top_p together: pass --omit-top-p"),
+        Route("gemini", "gemini-generate", "https://generativelanguage.googleapis.com/v1beta",
+              "GEMINI_API_KEY", "x-goog-api-key", max_output_field="maxOutputTokens",
+              notes="native Gemini generateContent API"),
         Route("local", "openai-chat", "http://127.0.0.1:8000/v1", None, "none",
               notes="a loopback server (vLLM, llama.cpp, ...); no authentication"),
         Route("oracle", "oracle", "http://oracle.invalid/v1", None, "none",
@@ -58,6 +66,8 @@ PRESETS: dict[str, Route] = {
     )
 }
 OPENAI_COMPATIBLE = tuple(n for n, r in PRESETS.items() if r.adapter == "openai-chat")
+NATIVE = tuple(n for n, r in PRESETS.items() if r.adapter in ("anthropic-messages",
+                                                             "gemini-generate"))
 MAX_OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens")
 
 # Header names that carry a credential: never accepted from the command line.

@@ -27,8 +27,10 @@ from engine.events import (
     RunFinished,
     RunStarted,
 )
+from engine.model_identity import check_model
 from engine.oracle import OracleTransport
 from engine.plan import Plan, PlannedRequest, build_plan, environment_dict, release_dict
+from engine.prices import PriceTable, load_prices, spent
 from engine.records import (
     ERROR,
     IN_FLIGHT,
@@ -369,14 +371,20 @@ class LiveRun:
                     content_type=resp_headers.get("content-type"), bytes=len(body))
         try:
             reply = self.adapter.parse(response.status_code, resp_headers, body)
+            model_check = check_model(self.config.model, reply.returned_model)
+            if model_check == "redirected" and self.config.require_exact_model:
+                raise ProviderError(
+                    "model_redirected", f"asked for {self.config.model!r}, the provider answered "
+                    f"with {reply.returned_model!r} (--require-exact-model)", retryable=False,
+                    status=response.status_code)
         except ProviderError as err:
             err._attempt_info = info  # type: ignore[attr-defined]
             return err
-        self._record_success(req, attempt, reply, response.status_code, info)
+        self._record_success(req, attempt, reply, response.status_code, info, model_check)
         return reply
 
     def _record_success(self, req: PlannedRequest, attempt: int, reply: Reply, status: int,
-                        info: dict[str, Any]) -> None:
+                        info: dict[str, Any], model_check: str) -> None:
         from evaluator.extract import extract_code
 
         extraction = extract_code(reply.content)
@@ -387,7 +395,9 @@ class LiveRun:
             "generated_code": extraction.code,
             "extraction": {"method": extraction.method,
                            "prose_removed": extraction.prose_removed},
-            "finish_reason": reply.finish_reason, "usage": reply.usage,
+            "model_check": model_check, "model_redirected": model_check == "redirected",
+            "finish_reason": reply.finish_reason,
+            "provider_finish_reason": reply.provider_finish_reason, "usage": reply.usage,
             "request_sha256": req.sha256, "request_id": reply.request_id,
             "created_at_utc": info["finished_at_utc"], "attempt": attempt,
             "latency_ms": info["latency_ms"], "http_status": status, "raw": info["raw"],
@@ -407,7 +417,12 @@ class LiveRun:
 
     # -- summary -------------------------------------------------------------------------------
     def write_summary(self) -> dict[str, Any]:
-        summary = summarize_run(self.run_dir, self.plan.prompt_ids, repair=False)
+        try:
+            prices = load_prices(self.config.prices_path)
+        except ConfigError:
+            prices = None
+        summary = summarize_run(self.run_dir, self.plan.prompt_ids, repair=False,
+                                prices=prices, model=self.config.model)
         summary.update({
             "attempted": len(self.tally.attempted_prompts),
             "requests_sent": self.tally.attempts,
@@ -421,7 +436,8 @@ class LiveRun:
 
 
 def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,
-                  repair: bool = False) -> dict[str, Any]:
+                  repair: bool = False, prices: PriceTable | None = None,
+                  model: str | None = None) -> dict[str, Any]:
     """Counts over the selected prompts, read back from the run directory."""
     rec = run_dir.reconcile(prompt_ids, repair=repair)
     counts = Counter(s.state for s in rec.statuses.values())
@@ -434,7 +450,9 @@ def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,
             if isinstance(value, int):
                 usage[key] += value
     models = Counter(str(r.get("returned_model")) for r in responses)
+    checks = Counter(str(r.get("model_check", "not_checked")) for r in responses)
     attempts = run_dir.read_attempts()
+    requested = model or (responses[0].get("model") if responses else None)
     return {
         "run_dir": str(run_dir.path),
         "selected": len(prompt_ids),
@@ -446,7 +464,15 @@ def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,
         "no_code_extracted": sum(1 for r in responses if not r.get("generated_code")),
         "finish_reasons": dict(sorted(finish.items())),
         "returned_models": dict(sorted(models.items())),
+        "model_checks": dict(sorted(checks.items())),
+        "redirected_prompts": sorted(r["prompt_id"] for r in responses
+                                     if r.get("model_redirected")),
+        "truncated_prompts": sorted(r["prompt_id"] for r in responses
+                                    if r.get("finish_reason") == "length"),
+        "empty_prompts": sorted(r["prompt_id"] for r in responses
+                                if not (r.get("content") or "").strip()),
         "usage": dict(usage),
+        "cost": spent(prices, str(requested), dict(usage)) if requested else None,
         "errors": {pid: s.last_error for pid, s in rec.statuses.items() if s.state == "error"},
         "updated_at_utc": utc_now(),
     }
@@ -465,9 +491,22 @@ async def run_live_model_async(config: LiveRunConfig, *,
 def run_live_model(config: LiveRunConfig, *, transport: httpx.AsyncBaseTransport | None = None,
                    progress: ProgressCallback | None = None,
                    env: dict[str, str] | None = None) -> RunResult:
-    """Run (or resume) a live run to completion; blocking."""
-    return asyncio.run(run_live_model_async(config, transport=transport, progress=progress,
-                                            env=env))
+    """Run (or resume) a live run to completion; blocking. With `recast`, then the second
+    draw into `OUTPUT/recast/`, and the summary gains `stability` and `recast`."""
+
+    async def both() -> RunResult:
+        result = await run_live_model_async(config, transport=transport, progress=progress,
+                                            env=env)
+        if config.recast:
+            from engine.recast import run_recast_async
+
+            second, report = await run_recast_async(config, transport=transport,
+                                                    progress=progress, env=env)
+            result.summary["recast"] = second.to_dict()
+            result.summary["stability"] = report
+        return result
+
+    return asyncio.run(both())
 
 
 __all__ = ["LiveRun", "RunControl", "RunResult", "run_live_model", "run_live_model_async",

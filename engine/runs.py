@@ -69,6 +69,24 @@ def is_evaluated(run_dir: Path) -> bool:
     return (Path(run_dir) / EVALUATIONS_FILE).is_file()
 
 
+def evaluation_counts(run_dir: Path) -> dict[str, int]:
+    """The candidate's failure taxonomy: how many evaluations fell in each category."""
+    path = Path(run_dir) / EVALUATIONS_FILE
+    counts: Counter[str] = Counter()
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        return {}
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(obj, dict):
+            counts[str(obj.get("category"))] += 1
+    return dict(counts.most_common())
+
+
 def read_run_info(path: Path) -> RunInfo:
     """Summary counts of one run directory, or the reason it cannot be read."""
     path = Path(path)
@@ -413,6 +431,6 @@ class RunProgress:
         return progress
 
 
-__all__ = ["EVALUATIONS_FILE", "PromptDetail", "PromptRow", "RawBody", "RunInfo", "RunProgress",
+__all__ = ["EVALUATIONS_FILE", "evaluation_counts", "PromptDetail", "PromptRow", "RawBody", "RunInfo", "RunProgress",
            "is_evaluated", "list_runs", "prompt_detail", "read_run_info", "resend_async",
            "resume_config"]

@@ -1,5 +1,8 @@
-"""A loopback OpenAI-compatible chat server that injects provider faults on a script.
+"""A loopback provider that injects faults on a script, in three wire formats.
 
+It speaks OpenAI-compatible chat completions (`POST .../chat/completions`), Anthropic
+Messages (`POST .../v1/messages`) and Gemini generateContent
+(`POST .../models/M:generateContent`), each with its own success and error shapes.
 Each prompt (recognised by its messages) follows a list of behaviours, one per request it
 receives; after the list runs out it answers normally. Every request seen is logged, so a
 test can hold the run's attempt history against what the server actually received.
@@ -20,6 +23,22 @@ from typing import Any
 def messages_key(messages: Any) -> str:
     data = json.dumps(messages, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(data.encode()).hexdigest()
+
+
+def original_messages(wire: str, body: dict[str, Any]) -> Any:
+    """The release messages a request body was built from, whatever the wire format."""
+    if wire == "anthropic":
+        system = body.get("system")
+        head = [{"role": "system", "content": system}] if system else []
+        return head + list(body.get("messages") or [])
+    if wire == "gemini":
+        sys_parts = (body.get("systemInstruction") or {}).get("parts") or []
+        head = [{"role": "system", "content": "".join(p.get("text", "") for p in sys_parts)}
+                ] if sys_parts else []
+        return head + [{"role": "assistant" if c.get("role") == "model" else "user",
+                        "content": "".join(p.get("text", "") for p in c.get("parts", []))}
+                       for c in body.get("contents") or []]
+    return body.get("messages")
 
 
 @dataclass
@@ -91,13 +110,23 @@ class FaultServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            wire = "openai"
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
             def do_GET(self) -> None:
-                self._send(200, json.dumps({"object": "list", "data": [
-                    {"id": "test-model", "object": "model"}]}).encode(), "application/json")
+                auth = (self.headers.get("Authorization") or self.headers.get("x-api-key")
+                        or self.headers.get("x-goog-api-key") or "")
+                if "invalid" in auth:
+                    self._send(401, b'{"error":{"message":"bad key"}}', "application/json")
+                    return
+                if "models" in self.path and "v1beta" in self.path:
+                    payload: Any = {"models": [{"name": "models/test-model"}]}
+                else:
+                    payload = {"object": "list", "data": [{"id": "test-model",
+                                                           "object": "model"}]}
+                self._send(200, json.dumps(payload).encode(), "application/json")
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
@@ -106,7 +135,14 @@ class FaultServer:
                     body = json.loads(raw)
                 except json.JSONDecodeError:
                     body = {}
-                key = messages_key(body.get("messages"))
+                if self.path.endswith("/v1/messages"):
+                    self.wire = "anthropic"
+                elif ":generateContent" in self.path:
+                    self.wire = "gemini"
+                    body = dict(body, model=self.path.split("/models/")[-1].split(":")[0])
+                else:
+                    self.wire = "openai"
+                key = messages_key(original_messages(self.wire, body))
                 pid, answer = server.script.answers.get(key, (None, ""))
                 behaviour = server._next_behaviour(pid)
                 with server._lock:
@@ -129,10 +165,29 @@ class FaultServer:
                 self.wfile.flush()
 
             def _completion(self, body: dict[str, Any], content: str | None,
-                            finish: str = "stop") -> bytes:
+                            finish: str = "stop", model: str | None = None) -> bytes:
+                model = model or server.script.model_override or body.get("model")
+                if self.wire == "anthropic":
+                    stop = {"stop": "end_turn", "length": "max_tokens"}.get(finish, finish)
+                    blocks = [] if content is None else [{"type": "text", "text": content}]
+                    return json.dumps({
+                        "id": "msg_test", "type": "message", "role": "assistant",
+                        "model": model, "content": blocks, "stop_reason": stop,
+                        "stop_sequence": None,
+                        "usage": {"input_tokens": 10, "output_tokens": 20}}).encode()
+                if self.wire == "gemini":
+                    reason = {"stop": "STOP", "length": "MAX_TOKENS"}.get(finish, finish)
+                    candidate: dict[str, Any] = {"finishReason": reason, "index": 0}
+                    if content is not None:
+                        candidate["content"] = {"parts": [{"text": content}], "role": "model"}
+                    return json.dumps({
+                        "candidates": [candidate], "modelVersion": model,
+                        "responseId": "resp_test",
+                        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 20,
+                                          "totalTokenCount": 30}}).encode()
                 return json.dumps({
                     "id": "chatcmpl-test", "object": "chat.completion", "created": 0,
-                    "model": server.script.model_override or body.get("model"),
+                    "model": model,
                     "choices": [{"index": 0, "finish_reason": finish,
                                  "message": {"role": "assistant", "content": content}}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 20,
@@ -140,7 +195,40 @@ class FaultServer:
 
             def _behave(self, behaviour: str, body: dict[str, Any], answer: str) -> None:
                 name, _, arg = behaviour.partition(":")
-                if name == "ok":
+                if name == "substitute":
+                    self._send(200, self._completion(body, answer, model=arg or "other-model-9b"),
+                               "application/json")
+                elif name == "overloaded" and self.wire == "anthropic":
+                    self._send(529, json.dumps({"type": "error", "error": {
+                        "type": "overloaded_error", "message": "Overloaded"},
+                        "request_id": "req_test"}).encode(), "application/json")
+                elif name == "429" and self.wire == "anthropic":
+                    self._send(429, json.dumps({"type": "error", "error": {
+                        "type": "rate_limit_error", "message": "Rate limited"}}).encode(),
+                        "application/json", {"retry-after": arg or "0.05"})
+                elif name == "429-quota" and self.wire == "anthropic":
+                    self._send(429, json.dumps({"type": "error", "error": {
+                        "type": "rate_limit_error", "message": "spend limit reached",
+                        "details": {"error_code": "enforced_spend_limit_reached"}}}).encode(),
+                        "application/json")
+                elif name == "429" and self.wire == "gemini":
+                    self._send(429, json.dumps({"error": {
+                        "code": 429, "message": "You exceeded your current quota",
+                        "status": "RESOURCE_EXHAUSTED", "details": [
+                            {"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                             "retryDelay": (arg or "0.05") + "s"}]}}).encode(),
+                        "application/json")
+                elif name == "overloaded" and self.wire == "gemini":
+                    self._send(503, json.dumps([{"error": {
+                        "code": 503, "message": "The model is overloaded. Please try again later.",
+                        "status": "UNAVAILABLE"}}]).encode(), "application/json")
+                elif name == "blocked" and self.wire == "gemini":
+                    self._send(200, json.dumps({"promptFeedback": {"blockReason": "SAFETY"},
+                                                "modelVersion": body.get("model")}).encode(),
+                               "application/json")
+                elif name == "length" and self.wire == "gemini":
+                    self._send(200, self._completion(body, None, "length"), "application/json")
+                elif name == "ok":
                     self._send(200, self._completion(body, answer), "application/json",
                                {"x-request-id": "req_test"})
                 elif name == "fenced":

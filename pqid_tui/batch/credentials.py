@@ -6,11 +6,18 @@ import argparse
 import getpass
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from engine.credentials import KEYRING_SERVICE, describe_source, keyring_delete, keyring_set
+from engine.credentials import (
+    KEYRING_SERVICE,
+    describe_source,
+    keyring_delete,
+    keyring_set,
+    resolve_credential,
+)
 from engine.errors import CredentialError
-from engine.routes import PRESETS, resolve_route
+from engine.routes import PRESETS, Route, resolve_route
 
 
 def register(sub: Any) -> None:
@@ -19,8 +26,14 @@ def register(sub: Any) -> None:
         description=f"Manage keys in the OS keyring (service {KEYRING_SERVICE!r}, user = route). "
                     "`set` reads the key from a hidden prompt, or from stdin when stdin is not a "
                     "terminal; never from the command line.")
-    p.add_argument("action", choices=["set", "delete", "status"])
+    p.add_argument("action", choices=["set", "delete", "status", "check"])
     p.add_argument("route", nargs="?", help="route name (status: all routes when omitted)")
+    p.add_argument("--model", help="check: also report whether this model is listed")
+    p.add_argument("--base-url", help="check: another endpoint for the route")
+    p.add_argument("--api-key-file", type=Path, help="check: read the key from this file")
+    p.add_argument("--acknowledge-provider-contact", action="store_true",
+                   help="check: required; one authenticated request to the provider's model "
+                        "list (no prompt is sent)")
     p.set_defaults(handler=run)
 
 
@@ -46,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.route:
         raise CredentialError(f"credentials {args.action} needs a ROUTE")
-    route = resolve_route(args.route)
+    route = resolve_route(args.route, getattr(args, "base_url", None))
+    if args.action == "check":
+        return _check(route, args)
     if not route.needs_credential:
         raise CredentialError(f"route {route.name} takes no credential")
     if args.action == "set":
@@ -57,3 +72,18 @@ def run(args: argparse.Namespace) -> int:
     deleted = keyring_delete(route.name)
     print(json.dumps({"route": route.name, "deleted": deleted}))
     return 0
+
+
+def _check(route: Route, args: argparse.Namespace) -> int:
+    import asyncio
+
+    from engine.provider_check import check_provider
+
+    if not args.acknowledge_provider_contact:
+        raise CredentialError("credentials check contacts the provider once (its model list); "
+                              "pass --acknowledge-provider-contact to allow it")
+    credential = resolve_credential(route, args.api_key_file)
+    report = asyncio.run(check_provider(route, credential, args.model))
+    print(json.dumps(report, indent=2))
+    ok = report.get("reachable") and report.get("authenticated")
+    return 0 if ok and report.get("model_listed", True) else 1

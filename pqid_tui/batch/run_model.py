@@ -43,7 +43,8 @@ def register(sub: Any) -> None:
     g = p.add_argument_group("route")
     g.add_argument("--provider", required=True,
                    help="openai, groq, github-models, openrouter, hugging-face, nvidia, "
-                        "deepinfra, deepseek, local, or oracle (reference answers, no network)")
+                        "deepinfra, deepseek, local; anthropic or gemini (native adapters); or "
+                        "oracle (reference answers, no network)")
     g.add_argument("--model", help="model ID as the provider names it (oracle: any label)")
     g.add_argument("--base-url", help="another OpenAI-compatible endpoint for this provider label")
     g.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
@@ -90,6 +91,15 @@ def register(sub: Any) -> None:
                         "(a possible extra paid draw)")
     g.add_argument("--max-new", type=int, metavar="N",
                    help="send at most N prompts in this invocation (quota-aware chunks)")
+    g.add_argument("--require-exact-model", action="store_true",
+                   help="a reply from a different model family (not a dated alias) is a "
+                        "terminal error instead of a flagged success")
+    g.add_argument("--prices", type=Path, metavar="FILE",
+                   help="price table JSON (default: $PQID_TUI_PRICES, else prices.json in the "
+                        "user config directory)")
+    g.add_argument("--recast", action="store_true",
+                   help="then send every selected prompt again as an independent draw into "
+                        "OUTPUT/recast/ and report how many responses changed")
     p.add_argument("--dry-run", action="store_true", help="print the plan as JSON and stop")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(handler=run)
@@ -150,7 +160,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
         request_timeout_seconds=args.request_timeout_seconds, sleep_seconds=args.sleep_seconds,
         stop_on_error=args.stop_on_error, resume=args.resume, retry_errors=args.retry_errors,
         retry_uncertain=args.retry_uncertain, max_new=args.max_new,
-        allow_modified_release=args.allow_modified_release)
+        allow_modified_release=args.allow_modified_release,
+        require_exact_model=args.require_exact_model, prices_path=args.prices,
+        recast=args.recast)
 
 
 class ProgressPrinter:

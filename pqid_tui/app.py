@@ -1,0 +1,259 @@
+"""The Textual app: built by `make_app` from engine objects, run by `run_app` from the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+from textual import on, work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+from engine.config import LiveRunConfig
+from engine.errors import PqidError
+from engine.release import Release, load_release
+from engine.runner import RunControl, RunResult
+from engine.runs import RunProgress, resend_async
+from pqid_tui.messages import RunEnded, RunLaunched
+from pqid_tui.screens.replay_service import ReplayService, default_replay_service
+from pqid_tui.textsafe import escape_controls
+
+DARK, LIGHT = "textual-dark", "textual-light"
+
+
+def default_runs_dir() -> Path:
+    """Where runs live unless `--runs-dir` says otherwise: the user data directory."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("pqid-tui")) / "runs"
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for the user; an engine error's message is already written for them."""
+    text = str(exc) if isinstance(exc, PqidError) else f"{exc.__class__.__name__}: {exc}"
+    return escape_controls(text)
+
+
+class PqidApp(App[int]):
+    """Operate benchmark runs: new runs, the live grid, evidence, credentials, replay."""
+
+    TITLE = "pqid-tui"
+    CSS_PATH = "app.tcss"
+    BINDINGS = [
+        Binding("f1", "help", "Help", priority=True),
+        Binding("ctrl+t", "toggle_theme", "Theme"),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    def __init__(self, release_dir: Path, runs_dir: Path, *,
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 replay_service: ReplayService | None = None,
+                 env: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.time,
+                 flush_interval: float = 0.1) -> None:
+        super().__init__()
+        self.release_dir = Path(release_dir)
+        self.runs_dir = Path(runs_dir)
+        self.transport = transport
+        self.replay_service = replay_service or default_replay_service()
+        self.env = dict(env) if env is not None else None
+        self.clock = clock
+        self.flush_interval = flush_interval
+        self.release: Release | None = None
+        self.release_error: str | None = None
+        self.run_progress: RunProgress | None = None
+        self.run_control: RunControl | None = None
+        self.run_config: LiveRunConfig | None = None
+        self.run_error: str | None = None
+        self.load_release()
+
+    # -- engine objects --------------------------------------------------------------------------
+    def load_release(self) -> None:
+        try:
+            self.release, self.release_error = load_release(self.release_dir), None
+        except PqidError as exc:
+            self.release, self.release_error = None, describe_error(exc)
+
+    @property
+    def run_active(self) -> bool:
+        return any(w.group == "run" and not w.is_finished for w in self.workers)
+
+    def start_run(self, config: LiveRunConfig, only: Iterable[str] | None = None) -> RunProgress:
+        """Start (or resume) a live run in the run worker and show its monitor."""
+        from pqid_tui.screens.monitor import MonitorScreen
+
+        if self.run_active:
+            raise RuntimeError("a run is already in progress")
+        self.run_progress = RunProgress(clock=self.clock)
+        self.run_control = RunControl()
+        self.run_config = config
+        self.run_error = None
+        run_dir = str(config.output_dir)
+        self.run_worker_task(config, None if only is None else tuple(only))
+        screen = self.screen
+        if isinstance(screen, MonitorScreen) and screen.run_dir == Path(run_dir):
+            screen.attach(self.run_progress, live=True)
+        else:
+            self.push_screen(MonitorScreen(Path(run_dir), self.run_progress, live=True))
+        self.post_message(RunLaunched(run_dir))
+        return self.run_progress
+
+    @work(exclusive=True, group="run", exit_on_error=False)
+    async def run_worker_task(self, config: LiveRunConfig,
+                              only: tuple[str, ...] | None) -> RunResult:
+        assert self.run_progress is not None
+        return await resend_async(config, only, transport=self.transport,
+                                  progress=self.run_progress.apply, control=self.run_control,
+                                  env=self.env)
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if event.state == WorkerState.ERROR:
+            message = describe_error(worker.error) if worker.error else "unknown error"
+            if worker.group == "run":
+                self.run_error = message
+            self.notify(message, title=f"{worker.group} failed", severity="error",
+                        markup=False, timeout=12)
+        if worker.group == "run" and worker.is_finished and self.run_config is not None:
+            result = worker.result if event.state == WorkerState.SUCCESS else None
+            self.post_message(RunEnded(str(self.run_config.output_dir),
+                                       result.summary if result else None, self.run_error))
+
+    def on_run_ended(self, message: RunEnded) -> None:
+        for screen in self.screen_stack:
+            screen.post_message(RunEnded(message.run_dir, message.summary, message.error))
+
+    def on_run_launched(self, message: RunLaunched) -> None:
+        for screen in self.screen_stack:
+            screen.post_message(RunLaunched(message.run_dir))
+
+    # -- screens ---------------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        from pqid_tui.screens.home import HomeScreen
+
+        self.theme = DARK
+        self.push_screen(HomeScreen())
+
+    def action_help(self) -> None:
+        from pqid_tui.screens.help import HelpScreen
+
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
+        else:
+            self.push_screen(HelpScreen(self.screen))
+
+    def action_toggle_theme(self) -> None:
+        self.theme = LIGHT if self.theme == DARK else DARK
+
+    def open_screen(self, name: str, **kw: Any) -> None:
+        """Push one of the main screens by name (the palette and the home screen use this)."""
+        from pqid_tui.screens.credentials import CredentialsScreen
+        from pqid_tui.screens.monitor import MonitorScreen
+        from pqid_tui.screens.new_run import NewRunScreen
+        from pqid_tui.screens.replay import ReplayScreen
+
+        if name == "new":
+            self.push_screen(NewRunScreen(**kw))
+        elif name == "credentials":
+            self.push_screen(CredentialsScreen())
+        elif name == "replay":
+            self.push_screen(ReplayScreen(**kw))
+        elif name == "monitor":
+            run_dir = Path(kw["run_dir"])
+            progress = self.run_progress
+            live = (progress is not None and self.run_config is not None
+                    and Path(str(self.run_config.output_dir)) == run_dir)
+            if live and progress is not None:
+                self.push_screen(MonitorScreen(run_dir, progress, live=self.run_active))
+            else:
+                try:
+                    progress = RunProgress.from_run_dir(run_dir, clock=self.clock)
+                except PqidError as exc:
+                    self.notify(describe_error(exc), severity="error", markup=False)
+                    return
+                self.push_screen(MonitorScreen(run_dir, progress, live=False))
+
+    def go_home(self) -> None:
+        from pqid_tui.screens.home import HomeScreen
+
+        while len(self.screen_stack) > 2 and not isinstance(self.screen, HomeScreen):
+            self.pop_screen()
+        if isinstance(self.screen, HomeScreen):
+            self.screen.refresh_runs()
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("home: go home", "Back to the release and the list of runs",
+                            self.go_home)
+        yield SystemCommand("run: new", "Plan and start a new run", lambda: self.open_screen("new"))
+        yield SystemCommand("credentials: open", "Where each route's key comes from; set or "
+                            "delete keyring entries", lambda: self.open_screen("credentials"))
+        yield SystemCommand("replay: open", "Docker status, image build, replay and compare",
+                            lambda: self.open_screen("replay"))
+        yield SystemCommand("theme: toggle dark/light", "Switch between the dark and the light "
+                            "theme", self.action_toggle_theme)
+        yield SystemCommand("help: show", "Key bindings and help for this screen",
+                            self.action_help)
+        commands = getattr(screen, "palette_commands", None)
+        if commands is not None:
+            yield from commands()
+
+    # -- quitting --------------------------------------------------------------------------------
+    async def action_quit(self) -> None:
+        from pqid_tui.screens.dialogs import ConfirmScreen
+
+        if not self.run_active:
+            self.exit(0)
+            return
+
+        async def answer(stop: bool | None) -> None:
+            if stop:
+                await self.stop_run()
+                self.exit(0)
+
+        await self.push_screen(ConfirmScreen(
+            "A run is in progress. Stop it and quit?",
+            "Stopping lets the requests in flight finish and sends no new ones. The run "
+            "directory stays resumable: open it again, or use --resume in the batch mode.",
+            yes="Stop the run and quit", no="Keep running"), answer)
+
+    async def stop_run(self) -> None:
+        """Ask the run to stop cleanly and wait for it."""
+        if self.run_control is not None:
+            self.run_control.stop()
+        for worker in list(self.workers):
+            if worker.group == "run" and not worker.is_finished:
+                await worker.wait()
+
+
+def make_app(release_dir: Path | str | None = None, runs_dir: Path | str | None = None, *,
+             transport: httpx.AsyncBaseTransport | None = None,
+             replay_service: ReplayService | None = None,
+             env: Mapping[str, str] | None = None,
+             clock: Callable[[], float] = time.time,
+             flush_interval: float = 0.1) -> PqidApp:
+    """The app over these engine objects; the CLI and the tests both build it here."""
+    if release_dir is None:
+        from engine.demo import DEMO_RELEASE_DIR
+
+        release_dir = DEMO_RELEASE_DIR
+    return PqidApp(Path(release_dir), Path(runs_dir) if runs_dir else default_runs_dir(),
+                   transport=transport, replay_service=replay_service, env=env, clock=clock,
+                   flush_interval=flush_interval)
+
+
+def run_app(ns: argparse.Namespace) -> int:
+    """Run the app for `pqid-tui [--release-dir R] [--runs-dir D]`; the exit code."""
+    app = make_app(getattr(ns, "release_dir", None), getattr(ns, "runs_dir", None))
+    result = app.run()
+    return int(result or 0)
+
+
+__all__ = ["PqidApp", "default_runs_dir", "make_app", "run_app"]

@@ -1,0 +1,103 @@
+"""`pqid-tui --batch replay`: score a responses file in the evaluator container."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.events import (
+    EvaluationFinished,
+    Event,
+    ImageBuildLog,
+    ImageReady,
+    ReplayFinished,
+)
+from pqid_tui.textsafe import escape_controls
+
+
+def default_release_dir() -> str:
+    from engine.demo import DEMO_RELEASE_DIR
+
+    return str(DEMO_RELEASE_DIR)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "replay", help="evaluate a responses file in a network-disabled Docker container",
+        description="Execute and score every response of a responses.jsonl (any file whose "
+                    "lines carry prompt_id and content or generated_code) inside the evaluator "
+                    "container: no network, read-only, unprivileged. Writes "
+                    "pqid_bench_canonical_evaluations.jsonl and "
+                    "pqid_bench_candidate_summary.{json,txt,md,csv} into --output-dir. "
+                    "Exit status 1 when some response could not be evaluated.")
+    p.add_argument("--release-dir", default=None,
+                   help="release directory (default: the bundled demo release)")
+    p.add_argument("--responses", required=True, type=Path, help="responses.jsonl to evaluate")
+    p.add_argument("--output-dir", required=True, type=Path,
+                   help="where the evaluations and summaries go")
+    p.add_argument("--build-image", action="store_true",
+                   help="build the evaluator image when it does not exist yet")
+    p.add_argument("--base-image", metavar="IMAGE",
+                   help="base of the evaluator image: python3 3.10+ with venv "
+                        "(default python:3.11-slim; offline: see .ci/base-image)")
+    p.add_argument("--wheelhouse", type=Path, metavar="DIR",
+                   help="install the pinned requirements from these wheels, with no index "
+                        "(fill it with .ci/wheelhouse-fill DIR)")
+    p.add_argument("--timeout-seconds", type=float, default=20.0, metavar="N",
+                   help="time limit for each response's execution (default 20)")
+    p.add_argument("--container-timeout-seconds", type=float, metavar="N",
+                   help="wall-clock limit of the whole evaluation (default: generous, from the "
+                        "number of responses); what is left is recorded as not evaluated")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results of an earlier replay in --output-dir")
+    p.add_argument("--allow-modified-release", action="store_true",
+                   help="use a release whose SHA-256 checks fail (stamped modified)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--acknowledge-code-execution", action="store_true", dest="acknowledge",
+                   help="required: the responses are untrusted code and will be executed "
+                        "(inside the container)")
+    p.set_defaults(handler=run)
+
+
+class ReplayProgress:
+    """One stderr line per evaluated prompt, plus the image build and a last line of counts."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.done = 0
+        self.t0 = time.monotonic()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ImageBuildLog):
+            self._line(f"image: {escape_controls(event.line)}")
+        elif isinstance(event, ImageReady):
+            self._line(f"image {event.tag} {'built' if event.built else 'reused'}")
+        elif isinstance(event, EvaluationFinished):
+            self.done += 1
+            self._line(f"[{self.done}/{event.total}] {event.prompt_id}: {event.category}")
+        elif isinstance(event, ReplayFinished):
+            counts = ", ".join(f"{v} {k}" for k, v in event.counts.items() if v)
+            self._line(f"done in {time.monotonic() - self.t0:.1f}s: {counts} -> "
+                       f"{event.output_dir}")
+
+    def _line(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.replay import replay
+
+    result = replay(
+        Path(args.release_dir or default_release_dir()), args.responses, args.output_dir,
+        acknowledge_code_execution=args.acknowledge, build_image=args.build_image,
+        base_image=args.base_image, wheelhouse=args.wheelhouse,
+        progress=None if args.quiet else ReplayProgress(),
+        timeout_seconds=args.timeout_seconds,
+        allow_modified_release=args.allow_modified_release, overwrite=args.overwrite,
+        wall_clock_seconds=args.container_timeout_seconds)
+    print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+    return 1 if result.summary["categories"].get("not_evaluated") else 0

@@ -1,0 +1,25 @@
+"""App-level messages: what the run worker tells every screen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.message import Message
+
+
+class RunLaunched(Message, bubble=False):
+    """A live run (or a resend of some of its prompts) began in the run worker."""
+
+    def __init__(self, run_dir: str) -> None:
+        super().__init__()
+        self.run_dir = run_dir
+
+
+class RunEnded(Message, bubble=False):
+    """The run worker ended: with the run summary, or with the error that stopped it."""
+
+    def __init__(self, run_dir: str, summary: dict[str, Any] | None, error: str | None) -> None:
+        super().__init__()
+        self.run_dir = run_dir
+        self.summary = summary
+        self.error = error

@@ -1,0 +1,166 @@
+"""Credentials: where each route's key would come from now; set or delete keyring entries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Button, DataTable, Footer, Header, Static
+
+from engine.credentials import describe_source, keyring_delete, keyring_set
+from engine.errors import PqidError
+from engine.routes import PRESETS
+from pqid_tui.widgets.plain import plain
+
+CHECK_NOTE = ("Checking a key would contact the provider; the engine has no check function "
+              "yet, so this stays off. A dry-run plan never reads a key.")
+
+
+class CredentialsScreen(Screen[None]):
+    """Every route with its credential source; keys go only to the OS keyring."""
+
+    CSS_PATH = "credentials.tcss"
+    HELP = """# Credentials
+
+For every route: its adapter, the environment variable it reads, and where its key would
+come from if a run started now (key file, environment variable, OS keyring, none, or
+missing). Resolution order: `--api-key-file`, then the variable, then the keyring.
+
+**s** stores or replaces the selected route's keyring entry through a masked input;
+**d** deletes it. A key is never displayed, logged or written anywhere but the keyring.
+"""
+    BINDINGS = [
+        Binding("s", "set_key", "Set key"),
+        Binding("d", "delete_key", "Delete key"),
+        Binding("f5", "refresh", "Refresh"),
+        Binding("escape", "back", "Back"),
+    ]
+
+    class Sources(Message):
+        """Credential sources were looked up (in a thread: the keyring may block)."""
+
+        def __init__(self, sources: dict[str, str]) -> None:
+            super().__init__()
+            self.sources = sources
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: dict[str, str] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="credentials"):
+            yield Static("Where each route's key would come from now", classes="section-title")
+            yield DataTable(id="routes", cursor_type="row", zebra_stripes=True)
+            with Horizontal(id="credential-actions"):
+                yield Button("Set key", id="set", variant="primary")
+                yield Button("Delete key", id="delete", variant="error")
+                yield Button("Check key", id="check", disabled=True)
+            yield Static(CHECK_NOTE, id="check-note", classes="muted")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#routes", DataTable)
+        for key in ("route", "adapter", "variable", "source", "endpoint"):
+            table.add_column(key, key=key)
+        for name, route in PRESETS.items():
+            table.add_row(name, route.adapter, route.credential_env or "—", "…",
+                          plain(route.base_url), key=name)
+        table.focus()
+        self.action_refresh()
+
+    @work(thread=True, exclusive=True, group="credentials")
+    def action_refresh(self) -> None:
+        app: Any = self.app
+        sources = {name: describe_source(route, env=app.env) for name, route in PRESETS.items()}
+        self.post_message(self.Sources(sources))
+
+    def on_credentials_screen_sources(self, message: Sources) -> None:
+        self.sources = message.sources
+        table = self.query_one("#routes", DataTable)
+        for name, source in message.sources.items():
+            table.update_cell(name, "source", plain(source))
+
+    def selected_route(self) -> str | None:
+        table = self.query_one("#routes", DataTable)
+        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        return str(row_key.value)
+
+    def action_set_key(self) -> None:
+        from pqid_tui.screens.dialogs import SecretScreen
+
+        name = self.selected_route()
+        if name is None:
+            return
+        if not PRESETS[name].needs_credential:
+            self.notify(f"The {name} route uses no key.", severity="warning")
+            return
+
+        def store(secret: str | None) -> None:
+            if secret:
+                self.store_key(name, secret)
+
+        self.app.push_screen(SecretScreen(name), store)
+
+    @work(thread=True, group="credentials-write")
+    def store_key(self, name: str, secret: str) -> None:
+        try:
+            keyring_set(name, secret)
+        except PqidError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error", markup=False)
+            return
+        self.app.call_from_thread(self.notify, f"Stored the {name} key in the OS keyring.")
+        self.app.call_from_thread(self.action_refresh)
+
+    def action_delete_key(self) -> None:
+        from pqid_tui.screens.dialogs import ConfirmScreen
+
+        name = self.selected_route()
+        if name is None:
+            return
+        if not PRESETS[name].needs_credential:
+            self.notify(f"The {name} route uses no key.", severity="warning")
+            return
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.delete_key(name)
+
+        self.app.push_screen(ConfirmScreen(
+            f"Delete the keyring entry for {name}?",
+            "Runs on this route will then need the environment variable or --api-key-file. "
+            "The environment and key files are not touched.", yes="Delete"), answer)
+
+    @work(thread=True, group="credentials-write")
+    def delete_key(self, name: str) -> None:
+        try:
+            existed = keyring_delete(name)
+        except PqidError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error", markup=False)
+            return
+        self.app.call_from_thread(
+            self.notify, f"Deleted the {name} keyring entry." if existed
+            else f"There was no {name} keyring entry.")
+        self.app.call_from_thread(self.action_refresh)
+
+    @on(Button.Pressed, "#set")
+    def _set(self) -> None:
+        self.action_set_key()
+
+    @on(Button.Pressed, "#delete")
+    def _delete(self) -> None:
+        self.action_delete_key()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def palette_commands(self) -> list[SystemCommand]:
+        return [SystemCommand("credentials: set key", "Store the selected route's key in the "
+                              "OS keyring", self.action_set_key),
+                SystemCommand("credentials: delete key", "Delete the selected route's keyring "
+                              "entry", self.action_delete_key)]

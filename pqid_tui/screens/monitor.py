@@ -1,0 +1,321 @@
+"""Run monitor: the live grid of every prompt, totals and rates, the retry queue, run control."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from engine.errors import PqidError
+from engine.runs import RunProgress, resume_config
+from pqid_tui.messages import RunEnded
+from pqid_tui.widgets.plain import plain
+from pqid_tui.widgets.run_grid import RetryQueue, RunGrid
+
+UNCERTAIN_EXPLANATION = (
+    "An uncertain prompt was in flight when an earlier run stopped: the request may have "
+    "reached the provider, been answered and been billed, but no reply was recorded. "
+    "Sending it again is a possible extra paid draw, and the new answer, not the lost one, "
+    "becomes the prompt's response. The uncertain attempt stays in the attempt history.")
+
+
+def clock_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class MonitorScreen(Screen[None]):
+    """One run's prompts, live while it runs, final when it does not."""
+
+    CSS_PATH = "monitor.tcss"
+    HELP = """# Run monitor
+
+Every prompt of the run with its state: *pending*, *in flight*, *retrying* (with the time
+of its next attempt), *success*, *error* (terminal) or *uncertain* (in flight when an
+earlier run stopped). The retry queue on the right lists the prompts that are waiting for a
+backoff, ended in an error, or are uncertain, each with its last error.
+
+* **p** pauses or resumes sending (requests in flight finish); **s** stops the run cleanly:
+  it stays resumable.
+* **space** marks prompts; **r** retries the marked ones (or the one under the cursor),
+  **e** retries every terminal error, **u** the uncertain ones after a confirmation.
+  Each is a resume of this run directory that sends only those prompts.
+* **enter** opens the payload inspector of the prompt under the cursor.
+"""
+    BINDINGS = [
+        Binding("p", "toggle_pause", "Pause/resume"),
+        Binding("s", "stop", "Stop"),
+        Binding("space", "mark", "Mark", show=False),
+        Binding("r", "retry_selected", "Retry selected"),
+        Binding("e", "retry_errors", "Retry errors"),
+        Binding("u", "retry_uncertain", "Retry uncertain"),
+        Binding("i", "inspect", "Inspect"),
+        Binding("tab", "focus_next", "Grid/queue", show=False),
+        Binding("escape", "back", "Back"),
+    ]
+
+    def __init__(self, run_dir: Path, progress: RunProgress, *, live: bool) -> None:
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.progress = progress
+        self.live = live
+        self.ended: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="monitor"):
+            yield Static(id="run-title")
+            yield Static(id="run-stats")
+            with Horizontal(id="tables"):
+                with Vertical(id="grid-pane"):
+                    yield Static("Prompts", classes="section-title")
+                    yield RunGrid(id="grid")
+                with Vertical(id="queue-pane"):
+                    yield Static("Retry queue", classes="section-title")
+                    yield RetryQueue(id="queue")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        app: Any = self.app
+        self._rows_seen = False
+        self.flush()
+        self.set_interval(app.flush_interval, self.flush)
+        self.query_one(RunGrid).focus()
+
+    def attach(self, progress: RunProgress, *, live: bool) -> None:
+        """Follow a new run of this directory (a retry or a resume) in the same grid."""
+        self.progress, self.live, self.ended = progress, live, None
+        for row in list(self.progress.rows.values()):
+            self.progress.set_state(row.prompt_id, row.state, row.attempt, row.error,
+                                    row.next_attempt_at)
+        self.refresh_bindings()
+
+    # -- redraw ----------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Apply what changed since the last flush: a keyed diff, in one batch."""
+        rows = self.progress.take_dirty()
+        if rows:
+            with self.app.batch_update():
+                self.query_one(RunGrid).apply(rows)
+                self.query_one(RetryQueue).apply(rows)
+        self.show_stats()
+
+    def status_word(self) -> str:
+        app: Any = self.app
+        if self.live and app.run_active and app.run_progress is self.progress:
+            control = app.run_control
+            if control is not None and control.stopped:
+                return "stopping"
+            if control is not None and control.paused:
+                return "paused"
+            return "running" if self.progress.started_at is not None else "starting"
+        if self.ended:
+            return "failed"
+        summary = self.progress.summary or {}
+        if summary.get("stopped"):
+            return "stopped (resumable)"
+        counts = self.progress.counts
+        done = counts["success"] + counts["error"]
+        return "complete" if self.progress.rows and done == len(self.progress.rows) else (
+            "not running")
+
+    def show_stats(self) -> None:
+        p = self.progress
+        c = p.counts
+        title = Text()
+        title.append("Run ", style="bold")
+        title.append_text(plain(self.run_dir.name))
+        title.append("  ")
+        title.append_text(plain(f"{p.provider or '?'} / {p.model or '?'}"))
+        title.append(f"  [{self.status_word()}]", style="bold")
+        if self.ended:
+            title.append("\n")
+            title.append_text(plain(self.ended))
+        self.query_one("#run-title", Static).update(title)
+        stats = Text()
+        stats.append(f"{len(p.rows)} prompts  ")
+        for state in ("success", "error", "in_flight", "retrying", "pending", "uncertain"):
+            stats.append(f"{state.replace('_', ' ')} {c[state]}  ")
+        stats.append("\n")
+        stats.append(f"requests {p.requests}  {p.requests_per_second:.1f} req/s  "
+                     f"tokens {p.tokens:,}  ")
+        if p.started_at is not None:
+            stats.append(f"elapsed {clock_text(p.elapsed)}  ETA {clock_text(p.eta_seconds)}")
+        else:
+            stats.append("elapsed —  ETA —")
+        self.query_one("#run-stats", Static).update(stats)
+
+    def on_run_ended(self, message: RunEnded) -> None:
+        if Path(message.run_dir) == self.run_dir:
+            self.ended = message.error
+            self.live = False
+            self.flush()
+            self.refresh_bindings()
+
+    # -- actions ---------------------------------------------------------------------------------
+    def _running_here(self) -> bool:
+        app: Any = self.app
+        return bool(app.run_active and app.run_progress is self.progress)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        running = self._running_here()
+        if action in ("toggle_pause", "stop"):
+            return True if running else None
+        if action in ("retry_selected", "retry_errors", "retry_uncertain"):
+            return None if running else True
+        return True
+
+    def action_toggle_pause(self) -> None:
+        app: Any = self.app
+        control = app.run_control
+        if not self._running_here() or control is None:
+            return
+        if control.paused:
+            control.resume()
+            self.notify("Resumed: sending again.")
+        else:
+            control.pause()
+            self.notify("Paused: requests in flight finish; no new ones start.")
+        self.show_stats()
+
+    def action_stop(self) -> None:
+        app: Any = self.app
+        if self._running_here() and app.run_control is not None:
+            app.run_control.stop()
+            self.notify("Stopping: requests in flight finish; the run stays resumable.")
+            self.show_stats()
+
+    def _focused_table(self) -> RunGrid | RetryQueue:
+        focused = self.focused
+        if isinstance(focused, RunGrid | RetryQueue):
+            return focused
+        return self.query_one(RunGrid)
+
+    def action_mark(self) -> None:
+        table = self._focused_table()
+        pid = table.cursor_prompt()
+        if pid is not None and pid in self.progress.rows:
+            table.toggle_mark(pid, self.progress.rows[pid])
+
+    def selected_prompts(self) -> list[str]:
+        """The marked prompts of both tables, or else the one under the cursor."""
+        marked = self.query_one(RunGrid).marked | self.query_one(RetryQueue).marked
+        if marked:
+            return [pid for pid in self.progress.rows if pid in marked]
+        pid = self._focused_table().cursor_prompt()
+        return [pid] if pid is not None else []
+
+    def action_inspect(self) -> None:
+        from pqid_tui.screens.payload import PayloadScreen
+
+        pid = self._focused_table().cursor_prompt()
+        if pid is not None:
+            self.app.push_screen(PayloadScreen(self.run_dir, pid))
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_inspect()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_retry_selected(self) -> None:
+        ids = self.selected_prompts()
+        states = {pid: self.progress.rows[pid].state for pid in ids if pid in self.progress.rows}
+        done = [pid for pid, st in states.items() if st == "success"]
+        ids = [pid for pid in states if states[pid] != "success"]
+        if not ids:
+            self.notify("Nothing to retry: " + ("a success is never sent again." if done else
+                        "select a prompt (space marks several)."), severity="warning")
+            return
+        self._retry(ids, errors=any(states[p] == "error" for p in ids),
+                    uncertain=any(states[p] == "uncertain" for p in ids))
+
+    def action_retry_errors(self) -> None:
+        ids = [pid for pid, row in self.progress.rows.items() if row.state == "error"]
+        if not ids:
+            self.notify("No prompt ended in a terminal error.", severity="warning")
+            return
+        self._retry(ids, errors=True, uncertain=False)
+
+    def action_retry_uncertain(self) -> None:
+        ids = [pid for pid, row in self.progress.rows.items() if row.state == "uncertain"]
+        if not ids:
+            self.notify("No prompt is uncertain.", severity="warning")
+            return
+        self._retry(ids, errors=False, uncertain=True)
+
+    def retry_config(self, *, errors: bool, uncertain: bool) -> Any:
+        """The resume config of this run with the retry flags (an engine object)."""
+        app: Any = self.app
+        flags = {"resume": True, "retry_errors": errors, "retry_uncertain": uncertain,
+                 "max_new": None}
+        current = app.run_config
+        if current is not None and Path(str(current.output_dir)) == self.run_dir:
+            return current.model_copy(update=flags)
+        return resume_config(self.run_dir, app.release_dir, acknowledge_prompt_export=True,
+                             **flags)
+
+    def _retry(self, ids: list[str], *, errors: bool, uncertain: bool) -> None:
+        from pqid_tui.screens.dialogs import ConfirmScreen
+
+        app: Any = self.app
+        if app.run_active:
+            self.notify("A run is in progress: wait for it, or stop it first.",
+                        severity="warning")
+            return
+        try:
+            config = self.retry_config(errors=errors, uncertain=uncertain)
+        except PqidError as exc:
+            self.notify(str(exc), severity="error", markup=False)
+            return
+        contacts = config.provider != "oracle"
+        if not (contacts or uncertain):
+            self._launch(config, ids)
+            return
+        parts = []
+        if contacts:
+            parts.append(f"This sends {len(ids)} prompt(s) to the {config.provider} route "
+                         f"({config.base_url or 'its preset endpoint'}) again: the provider's "
+                         "retention, policy, quota and billing terms apply.")
+        if uncertain:
+            parts.append(UNCERTAIN_EXPLANATION)
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self._launch(config, ids)
+
+        self.app.push_screen(ConfirmScreen(
+            f"Retry {len(ids)} prompt(s)" + (" including uncertain ones?" if uncertain
+                                             else "?"),
+            "\n\n".join(parts), yes="Send again"), answer)
+
+    def _launch(self, config: Any, ids: Iterable[str]) -> None:
+        app: Any = self.app
+        self.query_one(RunGrid).marked.clear()
+        self.query_one(RetryQueue).marked.clear()
+        app.start_run(config, list(ids))
+
+    def palette_commands(self) -> Iterable[SystemCommand]:
+        yield SystemCommand("run: pause or resume", "Pause or resume sending",
+                            self.action_toggle_pause)
+        yield SystemCommand("run: stop", "Stop the run cleanly (resumable)", self.action_stop)
+        yield SystemCommand("run: retry selected", "Resend the marked prompts",
+                            self.action_retry_selected)
+        yield SystemCommand("run: retry all errors", "Resend every terminal error",
+                            self.action_retry_errors)
+        yield SystemCommand("run: retry uncertain", "Resend the uncertain prompts (a possible "
+                            "extra paid draw)", self.action_retry_uncertain)
+        yield SystemCommand("run: inspect payload", "Open the payload inspector",
+                            self.action_inspect)

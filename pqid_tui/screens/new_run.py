@@ -1,0 +1,402 @@
+"""New run: the run's settings, with the dry-run plan recomputed live as the form changes."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Select, Static
+
+from engine.config import DEFAULT_CONCURRENCY, LiveRunConfig, make_config
+from engine.errors import PqidError
+from engine.plan import Plan, build_plan
+from engine.routes import PRESETS
+from engine.runs import RunInfo, read_run_info
+from pqid_tui.screens.monitor import UNCERTAIN_EXPLANATION
+from pqid_tui.widgets.plain import plain
+
+INPUT_FIELDS = ("model", "base_url", "temperature", "top_p", "max_output_tokens", "seed",
+                "extra_body", "limit", "prompt_ids", "concurrency", "max_retries",
+                "output_dir")
+# Engine messages that name a setting by its flag rather than by its field.
+MESSAGE_FIELDS = (
+    ("provider", ("unknown provider",)),
+    ("base_url", ("--base-url", "base-url", "oracle route runs in-process")),
+    ("extra_body", ("--extra-body-json", "extra-body", "extra body")),
+    ("split", ("--split",)),
+    ("prompt_ids", ("--prompt-ids", "prompt-ids")),
+    ("limit", ("the selection is empty",)),
+    ("max_output_field", ("max-output-field",)),
+)
+
+
+def field_for(message: str) -> str:
+    """The form field an engine error message is about ("" when it is about the whole run)."""
+    head = message.split(":", 1)[0].strip().lstrip("-").replace("-", "_")
+    if head in INPUT_FIELDS or head in ("provider", "split", "max_output_field"):
+        return head
+    for name, needles in MESSAGE_FIELDS:
+        if any(n in message for n in needles):
+            return name
+    return ""
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:60] or "run"
+
+
+class NewRunScreen(Screen[None]):
+    """Plan a run field by field; start it once the plan is valid and acknowledged."""
+
+    CSS_PATH = "new_run.tcss"
+    HELP = """# New run
+
+Choose a route and model, the generation settings, which prompts, and where the run
+directory goes. The plan on the right is the dry run: it is recomputed on every change,
+reads no key, writes no file and opens no connection. Errors appear under their field.
+
+Sending prompts to a provider needs the acknowledgement that they go to a third party
+(its retention, policy, quota and billing terms apply). The `oracle` route answers with
+the release's reference code in-process and sends nothing.
+
+If the output directory already holds a run, tick **resume** to continue it; *retry
+errors* resends prompts that ended in a terminal error and *retry uncertain* resends
+prompts that were in flight when a run died (a possible extra paid draw).
+
+**ctrl+s** starts the run.
+"""
+    BINDINGS = [
+        Binding("ctrl+s", "start", "Start run", priority=True),
+        Binding("escape", "back", "Back"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plan: Plan | None = None
+        self.errors: dict[str, str] = {}
+        self.run_info: RunInfo | None = None
+        self._auto_output = ""
+
+    # -- layout ----------------------------------------------------------------------------------
+    def _field(self, label: str, widget: Any, name: str) -> ComposeResult:
+        with Vertical(classes="field", id=f"field-{name}"):
+            yield Label(label)
+            yield widget
+            yield Static("", id=f"err-{name}", classes="field-error")
+
+    def compose(self) -> ComposeResult:
+        app: Any = self.app
+        release = app.release
+        splits = list(release.split_counts()) if release is not None else []
+        yield Header()
+        with Horizontal(id="new-run"):
+            with VerticalScroll(id="form"):
+                yield Static("Route", classes="section-title")
+                yield from self._field("route", Select(
+                    [(name, name) for name in PRESETS], value="oracle", allow_blank=False,
+                    id="provider"), "provider")
+                yield from self._field("model", Input("oracle", id="model",
+                                                      placeholder="model ID"), "model")
+                yield from self._field("base URL (optional)", Input(
+                    id="base_url", placeholder="the route's preset endpoint"), "base_url")
+                yield Checkbox("endpoint without authentication (--no-auth)", id="no_auth")
+                yield Static("Generation", classes="section-title")
+                with Horizontal(classes="row"):
+                    yield from self._field("temperature", Input("0.0", id="temperature"),
+                                           "temperature")
+                    yield from self._field("top-p", Input("1.0", id="top_p"), "top_p")
+                    yield from self._field("max output tokens", Input(
+                        "2048", id="max_output_tokens"), "max_output_tokens")
+                with Horizontal(classes="row"):
+                    yield Checkbox("omit temperature", id="omit_temperature")
+                    yield Checkbox("omit top-p", id="omit_top_p")
+                with Horizontal(classes="row"):
+                    yield from self._field("output-limit field", Select(
+                        [("route default", "default"), ("max_tokens", "max_tokens"),
+                         ("max_completion_tokens", "max_completion_tokens")],
+                        value="default", allow_blank=False, id="max_output_field"),
+                        "max_output_field")
+                    yield from self._field("seed (optional)", Input(id="seed"), "seed")
+                yield from self._field("extra body JSON (optional, non-secret settings)",
+                                       Input(id="extra_body", placeholder='{"key": "value"}'),
+                                       "extra_body")
+                yield Static("Prompts", classes="section-title")
+                with Horizontal(classes="row"):
+                    yield from self._field("split", Select(
+                        [("every split", "*")] + [(s, s) for s in splits], value="*",
+                        allow_blank=False, id="split"), "split")
+                    yield from self._field("limit (optional)", Input(id="limit"), "limit")
+                yield from self._field("prompt IDs (optional, comma-separated)",
+                                       Input(id="prompt_ids"), "prompt_ids")
+                yield Static("Pacing and output", classes="section-title")
+                with Horizontal(classes="row"):
+                    yield from self._field("concurrency", Input(
+                        str(DEFAULT_CONCURRENCY), id="concurrency"), "concurrency")
+                    yield from self._field("max retries", Input("3", id="max_retries"),
+                                           "max_retries")
+                yield from self._field("output directory", Input(id="output_dir"), "output_dir")
+                with Vertical(id="resume-box"):
+                    yield Static(id="resume-info")
+                    yield Checkbox("resume the run in this directory", id="resume")
+                    yield Checkbox("retry errors: resend prompts that ended in a terminal "
+                                   "error", id="retry_errors")
+                    yield Checkbox("retry uncertain: resend prompts that were in flight when "
+                                   "a run died (a possible extra paid draw)", id="retry_uncertain")
+                yield Checkbox(id="acknowledge")
+                yield Static("", id="err-general", classes="field-error")
+                yield Button("Start run", id="start", variant="primary", disabled=True)
+            with VerticalScroll(id="plan-pane"):
+                yield Static("Dry-run plan", classes="section-title")
+                yield Static(id="plan")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._suggest_output_dir()
+        self.recompute()
+        self.query_one("#provider", Select).focus()
+
+    # -- form to config --------------------------------------------------------------------------
+    def _value(self, name: str) -> str:
+        return self.query_one(f"#{name}", Input).value.strip()
+
+    def _checked(self, name: str) -> bool:
+        return self.query_one(f"#{name}", Checkbox).value
+
+    def _select(self, name: str) -> str:
+        return str(self.query_one(f"#{name}", Select).value)
+
+    def output_path(self) -> Path | None:
+        text = self._value("output_dir")
+        if not text:
+            return None
+        path = Path(text).expanduser()
+        app: Any = self.app
+        return path if path.is_absolute() else app.runs_dir / path
+
+    def _suggest_output_dir(self) -> None:
+        current = self._value("output_dir")
+        if current and current != self._auto_output:
+            return  # the user chose a directory: leave it alone
+        app: Any = self.app
+        base = f"{self._select('provider')}-{slug(self._value('model') or 'model')}"
+        name, n = base, 1
+        while (app.runs_dir / name).exists():
+            n += 1
+            name = f"{base}-{n}"
+        self._auto_output = str(app.runs_dir / name)
+        self.query_one("#output_dir", Input).value = self._auto_output
+
+    def read_fields(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The form as LiveRunConfig fields, and the fields that are not even well-formed."""
+        app: Any = self.app
+        errors: dict[str, str] = {}
+
+        def number(name: str, kind: type, default: Any = None) -> Any:
+            text = self._value(name)
+            if not text:
+                return default
+            try:
+                return kind(text)
+            except ValueError:
+                errors[name] = "must be a whole number" if kind is int else "must be a number"
+                return default
+
+        extra: dict[str, Any] = {}
+        if self._value("extra_body"):
+            try:
+                extra = json.loads(self._value("extra_body"))
+            except json.JSONDecodeError as exc:
+                errors["extra_body"] = f"not valid JSON ({exc.msg})"
+                extra = {}
+            if not isinstance(extra, dict):
+                errors["extra_body"] = "must be a JSON object"
+                extra = {}
+        ids = tuple(x for x in re.split(r"[,\s]+", self._value("prompt_ids")) if x) or None
+        field = self._select("max_output_field")
+        fields = dict(
+            release_dir=app.release_dir, output_dir=self.output_path(),
+            provider=self._select("provider"), model=self._value("model"),
+            base_url=self._value("base_url") or None, no_auth=self._checked("no_auth"),
+            temperature=number("temperature", float, 0.0), top_p=number("top_p", float, 1.0),
+            max_output_tokens=number("max_output_tokens", int, 2048),
+            omit_temperature=self._checked("omit_temperature"),
+            omit_top_p=self._checked("omit_top_p"),
+            max_output_field=None if field == "default" else field,
+            seed=number("seed", int), extra_body=extra,
+            split=None if self._select("split") == "*" else self._select("split"),
+            limit=number("limit", int), prompt_ids=ids,
+            concurrency=number("concurrency", int, DEFAULT_CONCURRENCY),
+            max_retries=number("max_retries", int, 3),
+            acknowledge_prompt_export=self._checked("acknowledge"),
+            resume=self._checked("resume"), retry_errors=self._checked("retry_errors"),
+            retry_uncertain=self._checked("retry_uncertain"))
+        return fields, errors
+
+    def recompute(self) -> None:
+        """Validate the form, rebuild the dry-run plan and show both."""
+        app: Any = self.app
+        fields, errors = self.read_fields()
+        self.plan = None
+        config: LiveRunConfig | None = None
+        if app.release is None:
+            errors[""] = f"the release cannot be used: {app.release_error}"
+        elif not errors:
+            try:
+                config = make_config(**fields)
+                self.plan = build_plan(config, app.release)
+            except PqidError as exc:
+                for part in str(exc).split("; "):
+                    errors.setdefault(field_for(part), part)
+        self._check_output_dir(fields, errors)
+        self.errors = errors
+        for name in (*INPUT_FIELDS, "provider", "split", "max_output_field"):
+            self.query_one(f"#err-{name}", Static).update(plain(errors.get(name, "")))
+        self.query_one("#err-general", Static).update(plain(errors.get("", "")))
+        self._show_acknowledgement()
+        self.query_one("#plan", Static).update(self._plan_text())
+        self.query_one("#start", Button).disabled = not self.can_start()
+
+    def _check_output_dir(self, fields: dict[str, Any], errors: dict[str, str]) -> None:
+        path = fields["output_dir"]
+        box = self.query_one("#resume-box")
+        self.run_info = None
+        if path is None:
+            errors.setdefault("output_dir", "choose where the run directory goes")
+            box.display = False
+            return
+        nonempty = path.is_dir() and any(path.iterdir())
+        if nonempty and (path / "run-manifest.json").exists():
+            self.run_info = info = read_run_info(path)
+            box.display = True
+            text = Text()
+            text.append("This directory holds a run: ", style="bold")
+            text.append_text(plain(
+                f"{info.provider} / {info.model}, {info.selected} selected: "
+                f"{info.success} success, {info.error} error, {info.pending} pending, "
+                f"{info.uncertain} uncertain."))
+            text.append("\nResume sends the pending prompts and skips the successes; "
+                        "errors are skipped unless you tick retry errors.")
+            if info.uncertain:
+                text.append(f"\n{info.uncertain} uncertain: ", style="bold")
+                text.append(UNCERTAIN_EXPLANATION)
+                text.append(" Resume is refused until you tick retry uncertain.")
+            self.query_one("#resume-info", Static).update(text)
+            if not fields["resume"]:
+                errors.setdefault("output_dir", "holds a run: tick resume to continue it, or "
+                                  "choose a new directory")
+            elif info.uncertain and not fields["retry_uncertain"]:
+                errors.setdefault("output_dir", f"{info.uncertain} uncertain prompt(s): tick "
+                                  "retry uncertain to resume (see above)")
+        else:
+            box.display = False
+            if nonempty:
+                errors.setdefault("output_dir", "not empty and not a run directory; choose an "
+                                  "empty or new directory")
+            elif fields["resume"]:
+                self.query_one("#resume", Checkbox).value = False
+
+    def contacts_provider(self) -> bool:
+        return PRESETS[self._select("provider")].adapter != "oracle"
+
+    def _show_acknowledgement(self) -> None:
+        box = self.query_one("#acknowledge", Checkbox)
+        provider = self._select("provider")
+        if self.contacts_provider():
+            box.label = (f"I acknowledge that the selected prompts go to a third party (the "
+                         f"{provider} route): its retention, policy, quota and billing terms "
+                         "apply.")
+            box.disabled = False
+        else:
+            box.label = "No acknowledgement needed: the oracle route sends nothing anywhere."
+            box.disabled = True
+
+    def can_start(self) -> bool:
+        app: Any = self.app
+        if self.plan is None or self.errors or app.run_active:
+            return False
+        return not self.contacts_provider() or self._checked("acknowledge")
+
+    def _plan_text(self) -> Text:
+        text = Text()
+        if self.plan is None:
+            text.append("No plan: fix the fields marked in the form.\n", style="bold")
+            for name, message in self.errors.items():
+                text.append_text(plain(f"• {name or 'run'}: {message}\n"))
+            return text
+        d = self.plan.to_dict()
+        route, sel, contract = d["route"], d["selection"], d["generation_contract"]
+
+        def line(key: str, value: object) -> None:
+            text.append(f"{key:<22}", style="bold")
+            text.append_text(plain(value))
+            text.append("\n")
+
+        line("contacts provider", "no (in-process oracle)" if route["adapter"] == "oracle"
+             else f"yes: {route['base_url']}")
+        line("release", f"{d['release']['name']} {d['release']['version']} "
+             f"({d['release']['prompt_count']} prompts)")
+        line("route", f"{route['provider']} ({route['adapter']}, auth {route['auth']})")
+        line("model", d["model"])
+        line("selected prompts", d["selected_prompt_count"])
+        line("selection", f"split {sel['split'] or 'every'}, limit {sel['limit'] or 'none'}, "
+             f"IDs {len(sel['prompt_ids_filter']) if sel['prompt_ids_filter'] else 'all'}")
+        line("first prompts", ", ".join(d["first_prompt_ids"]))
+        line("prompt IDs sha256", d["prompt_ids_sha256"][:32] + "…")
+        line("request set sha256", d["request_set_sha256"][:32] + "…")
+        line("temperature", contract["temperature"] if contract["temperature"] is not None
+             else "omitted")
+        line("top_p", contract["top_p"] if contract["top_p"] is not None else "omitted")
+        line("output limit", f"{contract['max_output_field']} = "
+             f"{contract['max_output_tokens']}")
+        line("seed", contract["seed"] if contract["seed"] is not None else "none")
+        line("extra body", json.dumps(contract["extra_body"], sort_keys=True))
+        line("credential", d["credential"])
+        line("output dir", d["output_dir"])
+        line("concurrency", d["concurrency"])
+        policy = d["retry_policy"]
+        line("retries", f"{policy['max_retries']}, backoff {policy['retry_backoff_seconds']} s "
+             f"doubling to {policy['max_backoff_seconds']} s")
+        line("target metadata sent", "no (evaluator only)")
+        return text
+
+    # -- events ----------------------------------------------------------------------------------
+    @on(Input.Changed)
+    @on(Checkbox.Changed)
+    @on(Select.Changed)
+    def _changed(self, event: Any) -> None:
+        control_id = getattr(event.control, "id", "")
+        if control_id in ("provider", "model"):
+            self._suggest_output_dir()
+        self.recompute()
+
+    @on(Button.Pressed, "#start")
+    def _start_pressed(self) -> None:
+        self.action_start()
+
+    def action_start(self) -> None:
+        app: Any = self.app
+        self.recompute()
+        if not self.can_start() or self.plan is None:
+            reason = ("acknowledge that the prompts go to a third party" if self.plan is not None
+                      and not self.errors and self.contacts_provider() else
+                      "a run is already in progress" if app.run_active
+                      else "fix the fields marked in the form")
+            self.notify(f"Cannot start: {reason}.", severity="warning")
+            return
+        config = self.plan.config
+        self.app.pop_screen()
+        app.start_run(config)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def palette_commands(self) -> list[SystemCommand]:
+        return [SystemCommand("run: start", "Start the planned run", self.action_start)]

@@ -1,0 +1,380 @@
+"""Replay and compare: Docker status, image build, replay of a run, then the comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import (
+    Button,
+    Checkbox,
+    DataTable,
+    Footer,
+    Header,
+    Input,
+    Log,
+    ProgressBar,
+    Select,
+    Static,
+)
+from textual.worker import Worker, WorkerState
+
+from engine.events import (
+    EvaluationFinished,
+    EvaluationStarted,
+    Event,
+    ImageBuildLog,
+    ImageReady,
+    ReplayFinished,
+)
+from engine.runs import list_runs
+from pqid_tui.screens.replay_service import Comparison, DockerStatus, ImageOptions
+from pqid_tui.textsafe import escape_controls
+from pqid_tui.widgets.bar_chart import BarChart
+from pqid_tui.widgets.plain import plain
+
+EXECUTION_NOTE = ("I understand that replay executes the model's generated code. It runs only "
+                  "inside a network-disabled, read-only Docker container with no host mounts "
+                  "and tight limits.")
+
+
+class ReplayScreen(Screen[None]):
+    """Evaluate a run in Docker and compare it with the frozen matrix on the same prompts."""
+
+    CSS_PATH = "replay.tcss"
+    HELP = """# Replay and compare
+
+**Docker**: whether a Docker Engine is reachable, its version, and whether the evaluator
+image for the chosen base image (and optional offline wheelhouse) exists or needs a build
+(**b** builds it; the log follows below).
+
+**Replay** (**ctrl+r**) executes the run's generated code in a network-disabled container:
+it needs the acknowledgement box ticked. Progress shows prompt by prompt.
+
+**Compare** (**m**) puts the run beside every frozen row on exactly the same prompt IDs;
+the denominator of every rate is shown. A partial run is refused unless *allow partial* is
+ticked, and then every row is restricted to the run's prompts and marked partial. Click a
+column header to sort. **x** exports the comparison to the same files as the batch mode.
+"""
+    BINDINGS = [
+        Binding("f5", "docker_status", "Docker status"),
+        Binding("b", "build", "Build image"),
+        Binding("ctrl+r", "replay", "Start replay"),
+        Binding("m", "compare", "Compare"),
+        Binding("x", "export", "Export"),
+        Binding("escape", "back", "Back"),
+    ]
+
+    class EngineEvent(Message):
+        """An engine event from a replay thread worker."""
+
+        def __init__(self, event: Event) -> None:
+            super().__init__()
+            self.event = event
+
+    class StatusReady(Message):
+        def __init__(self, status: DockerStatus) -> None:
+            super().__init__()
+            self.status = status
+
+    class ComparisonReady(Message):
+        def __init__(self, comparison: Comparison, taxonomy: dict[str, int]) -> None:
+            super().__init__()
+            self.comparison = comparison
+            self.taxonomy = taxonomy
+
+    def __init__(self, run_dir: Path | None = None) -> None:
+        super().__init__()
+        self.initial_run = Path(run_dir) if run_dir else None
+        self.status: DockerStatus | None = None
+        self.comparison: Comparison | None = None
+        self.sort_reverse = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="replay"):
+            with Horizontal(classes="row"):
+                with Vertical(id="docker-box", classes="panel"):
+                    yield Static("Docker", classes="section-title")
+                    yield Static("checking…", id="docker-status")
+                    yield Input(id="base_image", placeholder="base image (default "
+                                "python:3.11-slim)")
+                    yield Input(id="wheelhouse", placeholder="wheelhouse directory (offline, "
+                                "optional)")
+                    yield Button("Build image", id="build")
+                with Vertical(id="run-box", classes="panel"):
+                    yield Static("Run", classes="section-title")
+                    yield Select([], id="run", prompt="choose a run")
+                    yield Checkbox(EXECUTION_NOTE, id="acknowledge_execution")
+                    with Horizontal(classes="buttons"):
+                        yield Button("Start replay", id="start", variant="warning")
+                        yield Button("Compare", id="compare")
+                        yield Button("Export", id="export")
+                    yield Checkbox("allow a partial run (restrict every row to its prompts)",
+                                   id="allow_partial")
+            yield ProgressBar(id="progress", show_eta=False)
+            yield Static("", id="progress-text")
+            yield Log(id="log", max_lines=2000)
+            yield Static("Comparison", classes="section-title")
+            yield Static("", id="compare-note")
+            yield DataTable(id="comparison", cursor_type="row", zebra_stripes=True)
+            yield BarChart(id="chart")
+            yield Static("Failure taxonomy of the run", classes="section-title")
+            yield DataTable(id="taxonomy", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        app: Any = self.app
+        runs = [info for info in list_runs(app.runs_dir) if not info.problem]
+        select = self.query_one("#run", Select)
+        select.set_options([(info.name, str(info.path)) for info in runs])
+        if self.initial_run is not None and any(info.path == self.initial_run for info in runs):
+            select.value = str(self.initial_run)
+        elif runs:
+            select.value = str(runs[0].path)
+        taxonomy = self.query_one("#taxonomy", DataTable)
+        taxonomy.add_columns("category", "count", "share")
+        self.query_one("#progress", ProgressBar).update(total=None)
+        self.action_docker_status()
+        if self.run_dir is not None:
+            self.load_taxonomy()
+
+    # -- inputs ----------------------------------------------------------------------------------
+    @property
+    def run_dir(self) -> Path | None:
+        value = self.query_one("#run", Select).value
+        return Path(str(value)) if isinstance(value, str) else None
+
+    def options(self) -> ImageOptions:
+        base = self.query_one("#base_image", Input).value.strip() or None
+        wheels = self.query_one("#wheelhouse", Input).value.strip()
+        return ImageOptions(base, Path(wheels).expanduser() if wheels else None)
+
+    @property
+    def service(self) -> Any:
+        app: Any = self.app
+        return app.replay_service
+
+    # -- Docker ----------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="replay-status")
+    def action_docker_status(self) -> None:
+        self.post_message(self.StatusReady(self.service.docker_status(self.options())))
+
+    def on_replay_screen_status_ready(self, message: StatusReady) -> None:
+        self.status = s = message.status
+        text = Text()
+        if not s.reachable:
+            text.append("not reachable\n", style="bold")
+            text.append_text(plain(s.detail))
+        else:
+            text.append("Engine ", style="bold")
+            text.append_text(plain(f"{s.version}  reachable\n"))
+            text.append("Image ", style="bold")
+            text.append_text(plain(s.image or "unknown"))
+            text.append("  present" if s.image_present else "  needs a build",
+                        style="bold")
+            if s.detail:
+                text.append("\n")
+                text.append_text(plain(s.detail))
+        self.query_one("#docker-status", Static).update(text)
+
+    def action_build(self) -> None:
+        log = self.query_one("#log", Log)
+        log.write_line("building the evaluator image…")
+        self.build_image(self.options())
+
+    @work(thread=True, exclusive=True, group="replay-docker")
+    def build_image(self, options: ImageOptions) -> str:
+        tag = str(self.service.build_image(options, self._post_event))
+        self.call_later_from_thread(self.action_docker_status)
+        return tag
+
+    def _post_event(self, event: Event) -> None:
+        self.post_message(self.EngineEvent(event))
+
+    def call_later_from_thread(self, callback: Any) -> None:
+        self.app.call_from_thread(callback)
+
+    # -- replay ----------------------------------------------------------------------------------
+    def action_replay(self) -> None:
+        run_dir = self.run_dir
+        if run_dir is None:
+            self.notify("Choose a run to replay.", severity="warning")
+            return
+        if not self.query_one("#acknowledge_execution", Checkbox).value:
+            self.notify("Replay executes generated code: tick the acknowledgement first.",
+                        severity="warning")
+            return
+        self.query_one("#progress", ProgressBar).update(total=None, progress=0)
+        self.query_one("#log", Log).write_line(f"replaying {escape_controls(run_dir.name)}…")
+        self.replay_run(run_dir, self.options())
+
+    @work(thread=True, exclusive=True, group="replay-docker")
+    def replay_run(self, run_dir: Path, options: ImageOptions) -> dict[str, int]:
+        return dict(self.service.replay(run_dir, options, self._post_event))
+
+    def on_replay_screen_engine_event(self, message: EngineEvent) -> None:
+        event = message.event
+        log = self.query_one("#log", Log)
+        bar = self.query_one("#progress", ProgressBar)
+        if isinstance(event, ImageBuildLog):
+            log.write_line(escape_controls(event.line))
+        elif isinstance(event, ImageReady):
+            log.write_line(escape_controls(f"image ready: {event.tag}"
+                                           + (" (built)" if event.built else " (reused)")))
+        elif isinstance(event, EvaluationStarted):
+            bar.update(total=event.total)
+            self.query_one("#progress-text", Static).update(plain(
+                f"evaluating {event.index + 1}/{event.total}: {event.prompt_id}"))
+        elif isinstance(event, EvaluationFinished):
+            bar.update(total=event.total, progress=event.index + 1)
+            self.query_one("#progress-text", Static).update(plain(
+                f"{event.index + 1}/{event.total}: {event.prompt_id} → {event.category}"))
+        elif isinstance(event, ReplayFinished):
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(event.counts.items()))
+            log.write_line(escape_controls(f"replay finished: {counts}"))
+            self.query_one("#progress-text", Static).update(plain(
+                f"replay finished; outputs in {event.output_dir}"))
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if event.state == WorkerState.ERROR and worker.error is not None:
+            from pqid_tui.app import describe_error
+
+            message = describe_error(worker.error)
+            self.query_one("#log", Log).write_line(f"{worker.group} failed: {message}")
+            self.notify(message, title=f"{worker.name or worker.group} failed",
+                        severity="error", markup=False, timeout=12)
+        elif event.state == WorkerState.SUCCESS and worker.name == "replay_run":
+            self.load_taxonomy()
+            self.action_compare()
+
+    # -- compare ---------------------------------------------------------------------------------
+    def action_compare(self) -> None:
+        if self.run_dir is None:
+            self.notify("Choose a run to compare.", severity="warning")
+            return
+        app: Any = self.app
+        self.compare_run(self.run_dir, app.release_dir,
+                         self.query_one("#allow_partial", Checkbox).value)
+
+    @work(thread=True, exclusive=True, group="replay-compare")
+    def compare_run(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> None:
+        comparison = self.service.compare(run_dir, release_dir, allow_partial=allow_partial)
+        self.post_message(self.ComparisonReady(comparison, self.service.taxonomy(run_dir)))
+
+    @work(thread=True, exclusive=True, group="replay-taxonomy")
+    def load_taxonomy(self) -> None:
+        run_dir = self.run_dir
+        if run_dir is not None:
+            taxonomy = self.service.taxonomy(run_dir)
+            self.app.call_from_thread(self.show_taxonomy, taxonomy)
+
+    def on_replay_screen_comparison_ready(self, message: ComparisonReady) -> None:
+        self.comparison = message.comparison
+        self.show_comparison()
+        self.show_taxonomy(message.taxonomy)
+
+    def show_comparison(self, sort_key: str | None = None) -> None:
+        c = self.comparison
+        if c is None:
+            return
+        note = Text()
+        note.append(f"{c.prompt_count} prompts", style="bold")
+        if c.partial:
+            note.append("  PARTIAL: every row is restricted to the run's prompts", style="bold")
+        if c.note:
+            note.append("  ")
+            note.append_text(plain(c.note))
+        self.query_one("#compare-note", Static).update(note)
+        table = self.query_one("#comparison", DataTable)
+        table.clear(columns=True)
+        table.add_column("row", key="label")
+        table.add_column("kind", key="kind")
+        table.add_column("n", key="n")
+        for metric in c.metrics:
+            table.add_column(metric.replace("_", " "), key=metric)
+        table.add_column("partial", key="partial")
+        rows = list(c.rows)
+        if sort_key is not None:
+            rows.sort(key=lambda r: (r.rate(sort_key) if sort_key in c.metrics else
+                                     r.denominator if sort_key == "n" else
+                                     getattr(r, sort_key, r.label)), reverse=self.sort_reverse)
+        for row in rows:
+            cells: list[object] = [plain(row.label), plain(row.kind), row.denominator]
+            for metric in c.metrics:
+                cells.append(f"{row.rate(metric) * 100:.1f}% "
+                             f"({row.counts.get(metric, 0)}/{row.denominator})")
+            cells.append("partial" if row.partial else "")
+            table.add_row(*cells)
+        chart = self.query_one("#chart", BarChart)
+        metric = sort_key if sort_key in c.metrics else c.metrics[0]
+        chart.title = f"{metric.replace('_', ' ')} rate by row"
+        chart.rows = tuple((r.label, r.rate(metric), f"({r.counts.get(metric, 0)}/"
+                            f"{r.denominator}){' partial' if r.partial else ''}") for r in rows)
+
+    @on(DataTable.HeaderSelected, "#comparison")
+    def _sort(self, event: DataTable.HeaderSelected) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self.show_comparison(str(event.column_key.value))
+
+    def show_taxonomy(self, taxonomy: dict[str, int]) -> None:
+        table = self.query_one("#taxonomy", DataTable)
+        table.clear()
+        total = sum(taxonomy.values())
+        for category, count in taxonomy.items():
+            table.add_row(plain(category), count, f"{count / total * 100:.1f}%" if total else "")
+
+    @on(Select.Changed, "#run")
+    def _run_changed(self) -> None:
+        self.comparison = None
+        self.query_one("#comparison", DataTable).clear(columns=True)
+        self.query_one("#chart", BarChart).rows = ()
+        self.query_one("#compare-note", Static).update("")
+        if self.run_dir is not None:
+            self.load_taxonomy()
+
+    # -- export ----------------------------------------------------------------------------------
+    def action_export(self) -> None:
+        if self.run_dir is None:
+            self.notify("Choose a run to export.", severity="warning")
+            return
+        app: Any = self.app
+        self.export_files(self.run_dir, app.release_dir,
+                          self.query_one("#allow_partial", Checkbox).value)
+
+    @work(thread=True, exclusive=True, group="replay-export")
+    def export_files(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> None:
+        paths = self.service.export(run_dir, release_dir, allow_partial=allow_partial)
+        names = ", ".join(escape_controls(p.name) for p in paths)
+        self.app.call_from_thread(self.notify, f"Exported {names}", markup=False)
+        self.app.call_from_thread(self.query_one("#log", Log).write_line, f"exported: {names}")
+
+    # -- buttons and navigation ------------------------------------------------------------------
+    @on(Button.Pressed)
+    def _button(self, event: Button.Pressed) -> None:
+        {"build": self.action_build, "start": self.action_replay,
+         "compare": self.action_compare, "export": self.action_export}[str(event.button.id)]()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def palette_commands(self) -> list[SystemCommand]:
+        return [SystemCommand("replay: start", "Replay the chosen run in Docker",
+                              self.action_replay),
+                SystemCommand("replay: build image", "Build the evaluator image",
+                              self.action_build),
+                SystemCommand("replay: compare", "Compare with the frozen matrix",
+                              self.action_compare),
+                SystemCommand("replay: export", "Write the comparison files",
+                              self.action_export),
+                SystemCommand("replay: docker status", "Check the Docker Engine again",
+                              self.action_docker_status)]
