@@ -6,7 +6,7 @@ import email.utils
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from engine.errors import ProviderError
 from engine.routes import Route
@@ -269,9 +269,10 @@ class AnthropicMessagesAdapter:
     """Anthropic's native Messages API (`POST {base}/v1/messages`)."""
 
     name = "anthropic-messages"
-    _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
-               "model_context_window_exceeded": "length", "refusal": "refusal",
-               "tool_use": "other", "pause_turn": "other"}
+    _FINISH: ClassVar[dict[str, str]] = {
+        "end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
+        "model_context_window_exceeded": "length", "refusal": "refusal",
+        "tool_use": "other", "pause_turn": "other"}
 
     def url(self, route: Route, model: str) -> str:
         return f"{route.base_url}/v1/messages"
@@ -322,8 +323,9 @@ class GeminiGenerateAdapter:
     """Google's native Gemini API (`POST {base}/models/{model}:generateContent`)."""
 
     name = "gemini-generate"
-    _FILTERED = {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII",
-                 "IMAGE_SAFETY", "LANGUAGE"}
+    _FILTERED: ClassVar[frozenset[str]] = frozenset({
+        "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
+        "LANGUAGE"})
 
     def url(self, route: Route, model: str) -> str:
         name = model if model.startswith("models/") else f"models/{model}"
