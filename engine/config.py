@@ -54,6 +54,8 @@ class LiveRunConfig(BaseModel):
     require_exact_model: bool = False
     prices_path: Path | None = None
     recast: bool = False
+    batch_api: bool = False
+    batch_poll_seconds: float = Field(default=30.0, gt=0.0, le=3600.0)
 
     resume: bool = False
     retry_errors: bool = False

@@ -100,6 +100,11 @@ def register(sub: Any) -> None:
     g.add_argument("--recast", action="store_true",
                    help="then send every selected prompt again as an independent draw into "
                         "OUTPUT/recast/ and report how many responses changed")
+    g.add_argument("--batch-api", action="store_true",
+                   help="openai only: send the requests through the OpenAI Batch API (upload, "
+                        "create, poll, download); resumable, never creates a second batch")
+    g.add_argument("--batch-poll-seconds", type=float, default=30.0,
+                   help="how often to poll a batch (default 30)")
     p.add_argument("--dry-run", action="store_true", help="print the plan as JSON and stop")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(handler=run)
@@ -162,7 +167,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         retry_uncertain=args.retry_uncertain, max_new=args.max_new,
         allow_modified_release=args.allow_modified_release,
         require_exact_model=args.require_exact_model, prices_path=args.prices,
-        recast=args.recast)
+        recast=args.recast, batch_api=args.batch_api,
+        batch_poll_seconds=args.batch_poll_seconds)
 
 
 class ProgressPrinter:
@@ -213,7 +219,13 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(json.dumps(plan_live_model_run(config), indent=2, sort_keys=True))
         return 0
-    result = run_live_model(config, progress=None if args.quiet else ProgressPrinter())
+    progress = None if args.quiet else ProgressPrinter()
+    if config.batch_api:
+        from engine.batch_api import run_batch_api
+
+        result = run_batch_api(config, progress=progress)
+    else:
+        result = run_live_model(config, progress=progress)
     print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     summary = result.to_dict()
     return 0 if summary.get("error", 0) == 0 and summary.get("uncertain", 0) == 0 else 1
