@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import socket
 import threading
 import time
@@ -60,6 +61,9 @@ class FaultScript:
     model_override: str | None = None
     slow_seconds: float = 3.0
     hang_seconds: float = 0.0  # delay every reply (lets a crash test kill mid-flight)
+    fault_rate: float = 0.0  # beyond the plan, this share of requests gets a random fault
+    fault_kinds: tuple[str, ...] = ()
+    seed: int = 0
 
     @classmethod
     def for_release(cls, release: Any, plan: dict[str, list[str]] | None = None,
@@ -70,6 +74,13 @@ class FaultScript:
         return cls(answers=answers, plan=plan or {}, **kw)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Resets are injected on purpose; their tracebacks are not news."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass
+
+
 class FaultServer:
     """Start with `with FaultServer(script) as srv:`; `srv.base_url` is the /v1 URL."""
 
@@ -78,8 +89,9 @@ class FaultServer:
         self.seen: list[Seen] = []
         self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._rng = random.Random(script.seed)
         handler = self._handler()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = _QuietServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -103,7 +115,11 @@ class FaultServer:
             n = self._counts.get(pid, 0)
             self._counts[pid] = n + 1
             steps = self.script.plan.get(pid, [])
-            return steps[n] if n < len(steps) else self.script.default
+            if n < len(steps):
+                return steps[n]
+            if self.script.fault_rate and self._rng.random() < self.script.fault_rate:
+                return self._rng.choice(self.script.fault_kinds)
+            return self.script.default
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -247,6 +263,13 @@ class FaultServer:
                         "message": "Rate limit reached. Please try again in 1s.",
                         "type": "requests", "code": "rate_limit_exceeded"}}).encode(),
                         "application/json", {"retry-after": arg or "0.05"})
+                elif name == "429-date":
+                    when = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time()))
+                    self._send(429, b'{"error":{"message":"later"}}', "application/json",
+                               {"retry-after": when})
+                elif name == "429-none":
+                    self._send(429, b'{"error":{"message":"too many requests"}}',
+                               "application/json")
                 elif name == "429-ms":
                     self._send(429, b'{"error":{"message":"slow down"}}', "application/json",
                                {"retry-after-ms": arg or "50"})

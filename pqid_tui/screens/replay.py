@@ -34,8 +34,13 @@ from engine.events import (
     ImageReady,
     ReplayFinished,
 )
-from engine.runs import list_runs
-from pqid_tui.screens.replay_service import Comparison, DockerStatus, ImageOptions
+from engine.runs import is_evaluated, list_runs
+from pqid_tui.screens.replay_service import (
+    CompareRow,
+    Comparison,
+    DockerStatus,
+    ImageOptions,
+)
 from pqid_tui.textsafe import escape_controls
 from pqid_tui.widgets.bar_chart import BarChart
 from pqid_tui.widgets.plain import plain
@@ -43,6 +48,14 @@ from pqid_tui.widgets.plain import plain
 EXECUTION_NOTE = ("I understand that replay executes the model's generated code. It runs only "
                   "inside a network-disabled, read-only Docker container with no host mounts "
                   "and tight limits.")
+
+
+def sort_value(row: CompareRow, key: str, metrics: tuple[str, ...]) -> Any:
+    """What a comparison column sorts by."""
+    if key in metrics:
+        return row.rate(key)
+    return {"n": row.denominator, "answered": row.answered or 0, "partial": row.partial,
+            "kind": row.kind}.get(key, row.label)
 
 
 class ReplayScreen(Screen[None]):
@@ -155,7 +168,9 @@ column header to sort. **x** exports the comparison to the same files as the bat
     def options(self) -> ImageOptions:
         base = self.query_one("#base_image", Input).value.strip() or None
         wheels = self.query_one("#wheelhouse", Input).value.strip()
-        return ImageOptions(base, Path(wheels).expanduser() if wheels else None)
+        app: Any = self.app
+        pins = app.release.evaluator_requirements if app.release is not None else None
+        return ImageOptions(base, Path(wheels).expanduser() if wheels else None, pins)
 
     @property
     def service(self) -> Any:
@@ -212,13 +227,34 @@ column header to sort. **x** exports the comparison to the same files as the bat
             self.notify("Replay executes generated code: tick the acknowledgement first.",
                         severity="warning")
             return
+        if is_evaluated(run_dir):
+            from pqid_tui.screens.dialogs import ConfirmScreen
+
+            def answer(yes: bool | None) -> None:
+                if yes:
+                    self._start_replay(run_dir, overwrite=True)
+
+            self.app.push_screen(ConfirmScreen(
+                f"Replace the earlier replay of {run_dir.name}?",
+                "Its evaluations and summaries under evaluation/ are replaced by this "
+                "replay's.", yes="Replay again"), answer)
+            return
+        self._start_replay(run_dir, overwrite=False)
+
+    def _start_replay(self, run_dir: Path, *, overwrite: bool) -> None:
+        app: Any = self.app
         self.query_one("#progress", ProgressBar).update(total=None, progress=0)
         self.query_one("#log", Log).write_line(f"replaying {escape_controls(run_dir.name)}…")
-        self.replay_run(run_dir, self.options())
+        self.replay_run(run_dir, app.release_dir, self.options(), overwrite)
 
     @work(thread=True, exclusive=True, group="replay-docker")
-    def replay_run(self, run_dir: Path, options: ImageOptions) -> dict[str, int]:
-        return dict(self.service.replay(run_dir, options, self._post_event))
+    def replay_run(self, run_dir: Path, release_dir: Path, options: ImageOptions,
+                   overwrite: bool) -> dict[str, int]:
+        acknowledged = self.app.call_from_thread(
+            lambda: self.query_one("#acknowledge_execution", Checkbox).value)
+        return dict(self.service.replay(run_dir, release_dir, options, self._post_event,
+                                        acknowledge_code_execution=acknowledged,
+                                        overwrite=overwrite))
 
     def on_replay_screen_engine_event(self, message: EngineEvent) -> None:
         event = message.event
@@ -288,7 +324,8 @@ column header to sort. **x** exports the comparison to the same files as the bat
         if c is None:
             return
         note = Text()
-        note.append(f"{c.prompt_count} prompts", style="bold")
+        note.append(f"{c.prompt_count} prompts; rates over every selected prompt",
+                    style="bold")
         if c.partial:
             note.append("  PARTIAL: every row is restricted to the run's prompts", style="bold")
         if c.note:
@@ -300,16 +337,16 @@ column header to sort. **x** exports the comparison to the same files as the bat
         table.add_column("row", key="label")
         table.add_column("kind", key="kind")
         table.add_column("n", key="n")
+        table.add_column("answered", key="answered")
         for metric in c.metrics:
             table.add_column(metric.replace("_", " "), key=metric)
         table.add_column("partial", key="partial")
         rows = list(c.rows)
         if sort_key is not None:
-            rows.sort(key=lambda r: (r.rate(sort_key) if sort_key in c.metrics else
-                                     r.denominator if sort_key == "n" else
-                                     getattr(r, sort_key, r.label)), reverse=self.sort_reverse)
+            rows.sort(key=lambda r: sort_value(r, sort_key, c.metrics), reverse=self.sort_reverse)
         for row in rows:
-            cells: list[object] = [plain(row.label), plain(row.kind), row.denominator]
+            cells: list[object] = [plain(row.label), plain(row.kind), row.denominator,
+                                   "" if row.answered is None else row.answered]
             for metric in c.metrics:
                 cells.append(f"{row.rate(metric) * 100:.1f}% "
                              f"({row.counts.get(metric, 0)}/{row.denominator})")

@@ -7,8 +7,6 @@ engine's replay, compare and Docker functions and does no evaluation work of its
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,15 +14,18 @@ from typing import Any, Protocol
 from engine.errors import PqidError, UsageError
 from engine.events import ProgressCallback
 
-METRICS = ("structural_match", "execution_ok", "circuit_found", "qasm3_ok", "equivalent")
+METRICS = ("execution", "structural_match", "qasm3_export", "equivalence")
+COMPARISON_STEM = "pqid_bench_comparison"
+COMPARISON_FILES = {"text": "txt", "markdown": "md", "json": "json", "csv": "csv"}
 
 
 @dataclass(frozen=True, slots=True)
 class ImageOptions:
-    """Inputs of the evaluator image: the base image and an optional offline wheelhouse."""
+    """Inputs of the evaluator image: base image, offline wheelhouse, the release's pins."""
 
     base_image: str | None = None
     wheelhouse: Path | None = None
+    requirements: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +41,14 @@ class DockerStatus:
 
 @dataclass(frozen=True, slots=True)
 class CompareRow:
-    """One row of the comparison: counts over `denominator` prompts."""
+    """One row of the comparison: hit counts over `denominator` selected prompts."""
 
     label: str
     kind: str
     denominator: int
     counts: dict[str, int] = field(default_factory=dict)
     partial: bool = False
+    answered: int | None = None
 
     def rate(self, metric: str) -> float:
         return self.counts.get(metric, 0) / self.denominator if self.denominator else 0.0
@@ -70,24 +72,15 @@ class ReplayService(Protocol):
 
     def build_image(self, options: ImageOptions, progress: ProgressCallback) -> str: ...
 
-    def replay(self, run_dir: Path, options: ImageOptions,
-               progress: ProgressCallback) -> dict[str, int]: ...
+    def replay(self, run_dir: Path, release_dir: Path, options: ImageOptions,
+               progress: ProgressCallback, *, acknowledge_code_execution: bool,
+               overwrite: bool) -> dict[str, int]: ...
 
     def compare(self, run_dir: Path, release_dir: Path, *, allow_partial: bool) -> Comparison: ...
 
     def taxonomy(self, run_dir: Path) -> dict[str, int]: ...
 
     def export(self, run_dir: Path, release_dir: Path, *, allow_partial: bool) -> list[Path]: ...
-
-
-def _engine_module(name: str) -> Any:
-    try:
-        return importlib.import_module(f"engine.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"engine.{name}":
-            raise
-        raise UsageError(f"this build has no engine.{name} yet; use the batch mode when it "
-                         "lands") from None
 
 
 class EngineReplayService:
@@ -99,8 +92,11 @@ class EngineReplayService:
     def _runner(self, options: ImageOptions) -> Any:
         from engine.docker_runner import DockerEvaluatorRunner
 
-        return DockerEvaluatorRunner(base_image=options.base_image,
-                                     wheelhouse=options.wheelhouse, client=self._client)
+        runner = DockerEvaluatorRunner(base_image=options.base_image,
+                                       wheelhouse=options.wheelhouse,
+                                       requirements=options.requirements, client=self._client)
+        self._client = runner.client
+        return runner
 
     def docker_status(self, options: ImageOptions) -> DockerStatus:
         from engine.docker_runner import connect
@@ -112,8 +108,7 @@ class EngineReplayService:
             return DockerStatus(False, detail=str(exc))
         self._client = client
         try:
-            runner = self._runner(options)
-            tag = runner.image_tag()
+            tag = self._runner(options).image_tag()
         except PqidError as exc:
             return DockerStatus(True, version, None, False, str(exc))
         from docker.errors import ImageNotFound
@@ -129,17 +124,31 @@ class EngineReplayService:
     def build_image(self, options: ImageOptions, progress: ProgressCallback) -> str:
         return str(self._runner(options).ensure_image(build=True, progress=progress))
 
-    def replay(self, run_dir: Path, options: ImageOptions,
-               progress: ProgressCallback) -> dict[str, int]:
-        replay = _engine_module("replay")
-        result = replay.replay_run(run_dir, runner=self._runner(options), progress=progress)
-        counts = getattr(result, "counts", None)
-        return dict(counts) if isinstance(counts, dict) else self.taxonomy(run_dir)
+    def replay(self, run_dir: Path, release_dir: Path, options: ImageOptions,
+               progress: ProgressCallback, *, acknowledge_code_execution: bool,
+               overwrite: bool) -> dict[str, int]:
+        from engine.replay import replay
+
+        result = replay(release_dir, run_dir / "responses.jsonl", run_dir / "evaluation",
+                        acknowledge_code_execution=acknowledge_code_execution,
+                        base_image=options.base_image, wheelhouse=options.wheelhouse,
+                        progress=progress, runner=self._runner(options), overwrite=overwrite)
+        return {k: int(v) for k, v in result.summary.get("categories", {}).items() if v}
+
+    def _compare(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> Any:
+        from engine.compare import compare
+        from engine.release import load_release
+        from engine.runs import EVALUATIONS_FILE
+
+        path = run_dir / EVALUATIONS_FILE
+        if not path.is_file():
+            raise UsageError(f"{run_dir.name} has not been replayed yet: start a replay first")
+        return compare(load_release(release_dir), path,
+                       candidate_manifest=run_dir / "run-manifest.json",
+                       allow_partial=allow_partial)
 
     def compare(self, run_dir: Path, release_dir: Path, *, allow_partial: bool) -> Comparison:
-        compare = _engine_module("compare")
-        table = compare.compare_run(run_dir, release_dir, allow_partial=allow_partial)
-        return comparison_from_engine(table)
+        return comparison_from_engine(self._compare(run_dir, release_dir, allow_partial).data)
 
     def taxonomy(self, run_dir: Path) -> dict[str, int]:
         from engine.runs import evaluation_counts
@@ -147,24 +156,40 @@ class EngineReplayService:
         return evaluation_counts(run_dir)
 
     def export(self, run_dir: Path, release_dir: Path, *, allow_partial: bool) -> list[Path]:
-        compare = _engine_module("compare")
-        return [Path(p) for p in compare.export_comparison(run_dir, release_dir,
-                                                           allow_partial=allow_partial)]
+        """The comparison in the batch mode's four formats, beside the run's evaluations."""
+        from engine.storage import atomic_write_bytes
+
+        comparison = self._compare(run_dir, release_dir, allow_partial)
+        out = run_dir / "evaluation"
+        paths = []
+        for fmt, ext in COMPARISON_FILES.items():
+            path = out / f"{COMPARISON_STEM}.{ext}"
+            atomic_write_bytes(path, comparison.render(fmt).encode())
+            paths.append(path)
+        return paths
 
 
-def comparison_from_engine(table: Any) -> Comparison:
-    """Adapt the engine's comparison (an object or its dict) to the screen's view of it."""
-    data = table.to_dict() if hasattr(table, "to_dict") else dict(table)
-    rows: list[CompareRow] = []
-    for row in data.get("rows", []):
-        counts = {k: int(v) for k, v in (row.get("counts") or {}).items()
-                  if isinstance(v, int | float)}
-        rows.append(CompareRow(str(row.get("label")), str(row.get("kind", "")),
-                               int(row.get("denominator") or row.get("n") or 0), counts,
-                               bool(row.get("partial", data.get("partial", False)))))
-    metrics: Sequence[str] = data.get("metrics") or METRICS
-    return Comparison(int(data.get("prompt_count") or 0), bool(data.get("partial", False)),
-                      tuple(rows), tuple(metrics), str(data.get("note") or ""))
+def comparison_from_engine(data: dict[str, Any]) -> Comparison:
+    """The screen's view of `engine.compare.Comparison.data`: rates over the selected prompts."""
+    partial = not data["selection"]["complete"]
+
+    def row(label: str, kind: str, summary: dict[str, Any]) -> CompareRow:
+        rates = summary["rates"]
+        counts = {key: int(rates[key]["over_selected"]["count"]) for key in METRICS
+                  if key in rates}
+        return CompareRow(label, kind, int(summary["selected"]), counts, partial,
+                          int(summary["answered"]))
+
+    cand = data["candidate"]
+    rows = [row(cand["label"], "candidate", cand["summary"])]
+    rows += [row(r["label"], r["kind"], r["summary"]) for r in data["rows"]]
+    notes = list(data.get("notes") or [])
+    if data.get("publishable"):
+        notes.append("publishable")
+    else:
+        notes.append("not publishable: " + "; ".join(data.get("not_publishable_reasons") or []))
+    return Comparison(int(data["selection"]["selected"]), partial, tuple(rows), METRICS,
+                      " | ".join(notes))
 
 
 def default_replay_service() -> ReplayService:
