@@ -210,6 +210,16 @@ class RunDir:
             last_error = record.get("last_error") if record else None
             if pid in responses:
                 state = "success"
+                if repair and (record is None or record.get("state") != SUCCESS):
+                    # Killed after the response line, before the record said so: settle it.
+                    resp = responses[pid]
+                    record = {"prompt_id": pid, "state": SUCCESS,
+                              "attempt": resp.get("attempt", n_attempts),
+                              "attempts": n_attempts, "request_sha256":
+                              resp.get("request_sha256"), "last_error": None,
+                              "finish_reason": resp.get("finish_reason"), "recovered": True}
+                    self.write_record(record)
+                    out.repaired.append(f"record of {pid}")
             elif record is None:
                 state = "pending"
             elif record["state"] == SUCCESS:

@@ -431,6 +431,18 @@ class RunProgress:
         return progress
 
 
-__all__ = ["EVALUATIONS_FILE", "evaluation_counts", "PromptDetail", "PromptRow", "RawBody", "RunInfo", "RunProgress",
-           "is_evaluated", "list_runs", "prompt_detail", "read_run_info", "resend_async",
-           "resume_config"]
+__all__ = [
+    "EVALUATIONS_FILE",
+    "PromptDetail",
+    "PromptRow",
+    "RawBody",
+    "RunInfo",
+    "RunProgress",
+    "evaluation_counts",
+    "is_evaluated",
+    "list_runs",
+    "prompt_detail",
+    "read_run_info",
+    "resend_async",
+    "resume_config",
+]

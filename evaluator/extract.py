@@ -15,25 +15,28 @@ _PYTHON_TAGS = frozenset({"python", "py", "python3", "py3", "ipython", "python-r
 # Up to three spaces of indentation, then three or more backticks or tildes (CommonMark).
 _FENCE_OPEN = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n]*)$")
 
-# A line that starts a program rather than a sentence. Kept conservative so that prose such as
-# "Here is the circuit:" never matches, while "qc = QuantumCircuit(2)" and "# comment" do.
-_CODE_START = re.compile(
-    r"""^\s*(?:
-        import\s+[A-Za-z_]
-      | from\s+[A-Za-z_.][\w.]*\s+import\b
-      | (?:async\s+)?def\s+[A-Za-z_]\w*\s*\(
-      | class\s+[A-Za-z_]\w*\s*[(:]
-      | @[A-Za-z_][\w.]*
-      | \#
-      | if\s+__name__\s*==
-      | [A-Za-z_][\w.]*(?:\s*\[[^\]\n]*\])?
-        (?:\s*,\s*[A-Za-z_][\w.]*)*
-        \s*(?::\s*[\w.\[\], ]+)?
-        \s*(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=)
-      | [A-Za-z_][\w.]*\s*\(.*\)\s*$
-    )""",
-    re.VERBOSE,
+# Patterns for a line that starts a program rather than a sentence. Each is anchored and free
+# of overlapping repetitions, so a hostile line of any length is matched in linear time.
+_STATEMENT_START = re.compile(
+    r"(?:import\s+[A-Za-z_]|from\s+[\w.]+\s+import\b|(?:async\s+)?def\s+\w+\s*\("
+    r"|class\s+\w+\s*[(:]|@[A-Za-z_]|#|if\s+__name__\s*==)"
 )
+_ASSIGNMENT = re.compile(
+    r"[A-Za-z_][\w.]*(?:\[[^\]\n]*\])?(?:\s*,\s*[A-Za-z_][\w.]*)*\s*"
+    r"(?::[^=\n]*)?(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=)"
+)
+_CALL = re.compile(r"[A-Za-z_][\w.]*\s*\(")
+
+
+def _looks_like_code(line: str) -> bool:
+    """Whether a line reads like the first line of a program ("qc = ...", "import ...")."""
+    stripped = line.strip()
+    if not stripped:
+        return False
+    if _STATEMENT_START.match(stripped) or _ASSIGNMENT.match(stripped):
+        return True
+    return _CALL.match(stripped) is not None and stripped.endswith(")")
+
 
 # Trailing prose is peeled off one line at a time; this bounds the re-parsing on huge inputs.
 _MAX_TRAILING_TRIMS = 60
@@ -143,7 +146,7 @@ def _from_fences(text: str) -> Extraction | None:
 def _from_prose(text: str) -> Extraction | None:
     """Drop prose before the first code-looking line and after the last parseable one."""
     lines = text.split("\n")
-    start = next((i for i, line in enumerate(lines) if _CODE_START.match(line)), None)
+    start = next((i for i, line in enumerate(lines) if _looks_like_code(line)), None)
     if start is None:
         return None
     tail = lines[start:]
@@ -155,7 +158,7 @@ def _from_prose(text: str) -> Extraction | None:
             dropped = tail[len(tail) - trims]
             # Only sentence-like lines are peeled; a broken line of code stays, so that the
             # program fails as a syntax error instead of silently losing its end.
-            if dropped[:1].isspace() or _CODE_START.match(dropped):
+            if dropped[:1].isspace() or _looks_like_code(dropped):
                 break
         candidate = tail[: len(tail) - trims]
         if not candidate or not candidate[-1].strip():

@@ -6,12 +6,12 @@ import argparse
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from textual import on, work
 from textual.app import App, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
@@ -45,7 +45,7 @@ class PqidApp(App[int]):
 
     TITLE = "pqid-tui"
     CSS_PATH = "app.tcss"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1", "help", "Help", priority=True),
         Binding("ctrl+t", "toggle_theme", "Theme"),
         Binding("ctrl+q", "quit", "Quit", priority=True),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
@@ -34,7 +34,7 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
 **s** stores or replaces the selected route's keyring entry through a masked input;
 **d** deletes it. A key is never displayed, logged or written anywhere but the keyring.
 """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "set_key", "Set key"),
         Binding("d", "delete_key", "Delete key"),
         Binding("f5", "refresh", "Refresh"),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
@@ -16,7 +18,7 @@ class ConfirmScreen(ModalScreen[bool]):
     """Ask yes or no, saying what yes will do."""
 
     CSS_PATH = "dialogs.tcss"
-    BINDINGS = [Binding("escape", "answer(False)", "Cancel"),
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "answer(False)", "Cancel"),
                 Binding("y", "answer(True)", "Yes", show=False)]
 
     def __init__(self, question: str, explanation: str = "", *, yes: str = "Yes",
@@ -51,7 +53,7 @@ class SecretScreen(ModalScreen[str | None]):
     """A masked input for one route's key; the key goes only to the OS keyring."""
 
     CSS_PATH = "dialogs.tcss"
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, route_name: str) -> None:
         super().__init__()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Markdown, Static
@@ -15,7 +15,7 @@ class HelpScreen(ModalScreen[None]):
     """The help of one screen: its HELP text, the focused widget's, and every active key."""
 
     CSS_PATH = "help.tcss"
-    BINDINGS = [Binding("escape,f1,q", "dismiss", "Close help")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,f1,q", "dismiss", "Close help")]
 
     def __init__(self, target: Screen[Any]) -> None:
         super().__init__()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Static
@@ -31,7 +31,7 @@ counts and whether it has been replayed.
 Select a run and press **Enter** to open its monitor, **r** to replay it. **n** plans a
 new run; **c** manages the keys each route would use.
 """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("n", "new_run", "New run"),
         Binding("enter", "open_run", "Open run", show=True),
         Binding("r", "replay", "Replay"),

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
@@ -30,8 +30,8 @@ UNCERTAIN_EXPLANATION = (
 def clock_text(seconds: float | None) -> str:
     if seconds is None:
         return "—"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+    whole = round(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
 class MonitorScreen(Screen[None]):
@@ -52,7 +52,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
   Each is a resume of this run directory that sends only those prompts.
 * **enter** opens the payload inspector of the prompt under the cursor.
 """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "toggle_pause", "Pause/resume"),
         Binding("s", "stop", "Stop"),
         Binding("space", "mark", "Mark", show=False),

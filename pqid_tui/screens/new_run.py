@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Select, Static
@@ -73,7 +73,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
 
 **ctrl+s** starts the run.
 """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "start", "Start run", priority=True),
         Binding("escape", "back", "Back"),
     ]
@@ -84,6 +84,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
         self.errors: dict[str, str] = {}
         self.run_info: RunInfo | None = None
         self._auto_output = ""
+        self._shown: dict[str, str] = {}
 
     # -- layout ----------------------------------------------------------------------------------
     def _field(self, label: str, widget: Any, name: str) -> ComposeResult:
@@ -257,12 +258,17 @@ prompts that were in flight when a run died (a possible extra paid draw).
                     errors.setdefault(field_for(part), part)
         self._check_output_dir(fields, errors)
         self.errors = errors
-        for name in (*INPUT_FIELDS, "provider", "split", "max_output_field"):
-            self.query_one(f"#err-{name}", Static).update(plain(errors.get(name, "")))
-        self.query_one("#err-general", Static).update(plain(errors.get("", "")))
+        for name in (*INPUT_FIELDS, "provider", "split", "max_output_field", ""):
+            self._set_text(f"err-{name or 'general'}", errors.get(name, ""))
         self._show_acknowledgement()
         self.query_one("#plan", Static).update(self._plan_text())
         self.query_one("#start", Button).disabled = not self.can_start()
+
+    def _set_text(self, widget_id: str, text: str) -> None:
+        # Updating an unchanged Static still costs a layout pass; skip it.
+        if self._shown.get(widget_id) != text:
+            self._shown[widget_id] = text
+            self.query_one(f"#{widget_id}", Static).update(plain(text))
 
     def _check_output_dir(self, fields: dict[str, Any], errors: dict[str, str]) -> None:
         path = fields["output_dir"]
@@ -310,13 +316,14 @@ prompts that were in flight when a run died (a possible extra paid draw).
         box = self.query_one("#acknowledge", Checkbox)
         provider = self._select("provider")
         if self.contacts_provider():
-            box.label = (f"I acknowledge that the selected prompts go to a third party (the "
-                         f"{provider} route): its retention, policy, quota and billing terms "
-                         "apply.")
-            box.disabled = False
+            label = (f"I acknowledge that the selected prompts go to a third party (the "
+                     f"{provider} route): its retention, policy, quota and billing terms apply.")
         else:
-            box.label = "No acknowledgement needed: the oracle route sends nothing anywhere."
-            box.disabled = True
+            label = "No acknowledgement needed: the oracle route sends nothing anywhere."
+        if self._shown.get("acknowledge") != label:
+            self._shown["acknowledge"] = label
+            box.label = label
+            box.disabled = not self.contacts_provider()
 
     def can_start(self) -> bool:
         app: Any = self.app

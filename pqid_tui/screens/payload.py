@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import ClassVar
 
 from rich.syntax import Syntax
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
@@ -43,7 +44,7 @@ are shown as `\\x1b`-style escapes and never reach your terminal; `[markup]` is 
 typed. **b**, **o** and **x** copy the request body, the response content and the
 extracted code to the clipboard (where the terminal supports OSC 52).
 """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("b", "copy('request')", "Copy request"),
         Binding("o", "copy('content')", "Copy output"),
         Binding("x", "copy('code')", "Copy code"),

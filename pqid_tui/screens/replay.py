@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
@@ -76,7 +76,7 @@ the denominator of every rate is shown. A partial run is refused unless *allow p
 ticked, and then every row is restricted to the run's prompts and marked partial. Click a
 column header to sort. **x** exports the comparison to the same files as the batch mode.
 """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f5", "docker_status", "Docker status"),
         Binding("b", "build", "Build image"),
         Binding("ctrl+r", "replay", "Start replay"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
@@ -31,7 +33,7 @@ class BarChart(Widget):
         color: $primary;
     }
     """
-    COMPONENT_CLASSES = {"bar-chart--bar"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"bar-chart--bar"}
 
     title: reactive[str] = reactive("")
     rows: reactive[tuple[tuple[str, float, str], ...]] = reactive((), layout=True)

@@ -1,0 +1,149 @@
+"""New run screen: the live dry-run plan, errors beside fields, acknowledgement, resume, start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual.widgets import Button, Checkbox, Input, Select, Static
+
+from engine.records import RunDir
+from pqid_tui.app import PqidApp, make_app
+from pqid_tui.screens.new_run import NewRunScreen, field_for
+from tests.helpers import write_release
+from tests.test_app_support import SIZE, FakeReplayService, make_run
+
+
+def text_of(screen: Any, selector: str) -> str:
+    return str(screen.query_one(selector, Static).render())
+
+
+async def open_form(app: PqidApp, pilot: Any) -> NewRunScreen:
+    await pilot.pause()
+    await pilot.press("n")
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, NewRunScreen)
+    return screen
+
+
+async def set_input(pilot: Any, screen: NewRunScreen, name: str, value: str) -> None:
+    screen.query_one(f"#{name}", Input).value = value
+    await pilot.pause()
+
+
+def test_engine_messages_land_beside_their_field() -> None:
+    assert field_for("temperature: Input should be less than or equal to 2") == "temperature"
+    assert field_for("max-output-tokens: Input should be greater than or equal to 1") == (
+        "max_output_tokens")
+    assert field_for("--split 'x': the release has splits dev, test") == "split"
+    assert field_for("--prompt-ids: the release has no prompt 'nope'") == "prompt_ids"
+    assert field_for("--base-url must not carry credentials (user:password@host)") == "base_url"
+    assert field_for("--extra-body-json field 'api_key' looks like a credential") == "extra_body"
+    assert field_for("something about the whole run") == ""
+
+
+async def test_plan_follows_the_form_and_errors_sit_beside_fields(tmp_path: Path) -> None:
+    release = write_release(tmp_path / "release", count=6)
+    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_form(app, pilot)
+        assert screen.plan is not None and len(screen.plan.prompts) == 6
+        assert "contacts provider" in text_of(screen, "#plan")
+        assert "no (in-process oracle)" in text_of(screen, "#plan")
+
+        await set_input(pilot, screen, "limit", "2")
+        assert screen.plan is not None and screen.plan.prompt_ids == ("ghz_00", "ghz_01")
+        screen.query_one("#split", Select).value = "dev"
+        await pilot.pause()
+        assert screen.plan is not None and screen.plan.prompt_ids == ("ghz_00", "ghz_03")
+
+        await set_input(pilot, screen, "temperature", "5")
+        assert screen.plan is None
+        assert "less than or equal to 2" in text_of(screen, "#err-temperature")
+        assert screen.query_one("#start", Button).disabled
+        await set_input(pilot, screen, "temperature", "warm")
+        assert text_of(screen, "#err-temperature") == "must be a number"
+        await set_input(pilot, screen, "temperature", "0.2")
+        assert text_of(screen, "#err-temperature") == ""
+
+        await set_input(pilot, screen, "extra_body", '{"api_key": "x"}')
+        assert "looks like a credential" in text_of(screen, "#err-extra_body")
+        await set_input(pilot, screen, "extra_body", '{"reasoning_effort": "low"}')
+        assert text_of(screen, "#err-extra_body") == ""
+        assert '"reasoning_effort": "low"' in text_of(screen, "#plan")
+
+        await set_input(pilot, screen, "prompt_ids", "ghz_00, nope")
+        assert "no prompt 'nope'" in text_of(screen, "#err-prompt_ids")
+        await set_input(pilot, screen, "prompt_ids", "")
+
+        screen.query_one("#provider", Select).value = "groq"
+        await pilot.pause()
+        await set_input(pilot, screen, "base_url", "https://user:pw@example.com/v1")
+        assert "must not carry credentials" in text_of(screen, "#err-base_url")
+        await set_input(pilot, screen, "base_url", "")
+        assert screen.plan is not None
+        assert "yes: https://api.groq.com/openai/v1" in text_of(screen, "#plan")
+
+
+async def test_a_provider_route_needs_the_acknowledgement(tmp_path: Path) -> None:
+    release = write_release(tmp_path / "release", count=6)
+    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService(),
+                   env={"GROQ_API_KEY": "gsk_test_key_value_0123456789"})
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_form(app, pilot)
+        screen.query_one("#provider", Select).value = "groq"
+        await set_input(pilot, screen, "model", "llama")
+        assert screen.plan is not None and not screen.errors
+        ack = screen.query_one("#acknowledge", Checkbox)
+        assert not ack.disabled and "third party" in str(ack.label)
+        assert screen.query_one("#start", Button).disabled
+        await pilot.press("ctrl+s")
+        assert isinstance(app.screen, NewRunScreen)  # refused: nothing started
+        assert not app.run_active and not (tmp_path / "runs").exists()
+        ack.value = True
+        await pilot.pause()
+        assert not screen.query_one("#start", Button).disabled
+        assert screen.plan.config.output_dir == tmp_path / "runs" / "groq-llama"
+
+
+async def test_an_existing_run_offers_resume_and_explains_uncertain(tmp_path: Path) -> None:
+    release = write_release(tmp_path / "release", count=6)
+    runs = tmp_path / "runs"
+    out = await make_run(runs, release, "oracle-oracle", provider="oracle", model="oracle",
+                         uncertain=("ghz_02",))
+    app = make_app(release, runs, replay_service=FakeReplayService())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_form(app, pilot)
+        await set_input(pilot, screen, "output_dir", str(out))
+        box = screen.query_one("#resume-box")
+        assert box.display
+        info = text_of(screen, "#resume-info")
+        assert "1 uncertain" in info and "possible extra paid draw" in info
+        assert "tick resume" in text_of(screen, "#err-output_dir")
+        screen.query_one("#resume", Checkbox).value = True
+        await pilot.pause()
+        assert "retry uncertain" in text_of(screen, "#err-output_dir")
+        screen.query_one("#retry_uncertain", Checkbox).value = True
+        await pilot.pause()
+        assert text_of(screen, "#err-output_dir") == ""
+        await pilot.press("ctrl+s")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.run_progress is not None
+        assert app.run_progress.counts["success"] == 6
+        attempts = RunDir(out).read_attempts()
+        assert [a["decision"] for a in attempts if a["prompt_id"] == "ghz_02"][-2:] == [
+            "uncertain", "success"]
+
+
+async def test_a_non_run_directory_is_refused(tmp_path: Path) -> None:
+    release = write_release(tmp_path / "release", count=6)
+    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_form(app, pilot)
+        await set_input(pilot, screen, "output_dir", str(tmp_path / "busy"))
+        assert "not a run directory" in text_of(screen, "#err-output_dir")
+        assert screen.query_one("#start", Button).disabled
