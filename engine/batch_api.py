@@ -470,7 +470,7 @@ class BatchRun(LiveRun):
         while True:
             # A create whose answer was lost (a crash, a dropped connection) may have made a
             # batch: look for the token first, every time.
-            batch = None
+            batch = await api.find(token, self.state.get("creating_at_unix"))
             adopted = batch is not None
             if batch is None:
                 try:

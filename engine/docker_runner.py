@@ -16,6 +16,7 @@ rest go to a fresh evaluator, so that one response cannot take the others down.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import io
 import json
@@ -27,6 +28,7 @@ import tarfile
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -451,16 +453,23 @@ def connect(client: Any = None) -> Any:
     if client is not None:
         return client
     where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    hint = "start it (`systemctl start docker`) or set DOCKER_HOST to a reachable engine"
+    tail = "Replay runs generated code only inside a container"
+    if where.startswith("unix://") and not Path(where.removeprefix("unix://")).exists():
+        raise DockerUnavailable(f"no Docker Engine reachable at {where} (the socket does not "
+                                f"exist): {hint}. {tail}")
     try:
         found = docker.from_env()
         found.ping()
     except DockerException as exc:
-        hint = ("start it (`systemctl start docker`) or set DOCKER_HOST to a reachable engine")
+        # docker-py leaves the failed connection's socket to the garbage collector.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
         if "Permission denied" in str(exc):
             hint = "your user may not use it: join the `docker` group or use a rootless engine"
         raise DockerUnavailable(
-            f"no Docker Engine reachable at {where} ({_short(exc)}): {hint}. "
-            "Replay runs generated code only inside a container") from None
+            f"no Docker Engine reachable at {where} ({_short(exc)}): {hint}. {tail}") from None
     return found
 
 

@@ -128,6 +128,11 @@ class RunDir:
                              "to resend that prompt") from None
         if not isinstance(data, dict) or data.get("prompt_id") != prompt_id:
             raise InputError(f"{path}: record does not belong to prompt {prompt_id!r}")
+        if data.get("state") not in (IN_FLIGHT, RETRY_WAIT, SUCCESS, ERROR) or not all(
+                isinstance(data.get(k, 0), int) and not isinstance(data.get(k, 0), bool)
+                for k in ("attempt", "attempts")):
+            raise InputError(f"{path}: not a record pqid-tui wrote (unknown state or attempt "
+                             "count); move it aside and resume with --retry-uncertain")
         return data
 
     # -- append-only logs ----------------------------------------------------------------------
@@ -144,7 +149,11 @@ class RunDir:
         atomic_write_bytes(self.path / name, body)
 
     def read_attempts(self) -> list[dict[str, Any]]:
-        return [obj for _, obj in self._read_log(self.attempts_path)]
+        rows = self._read_log(self.attempts_path)
+        for number, obj in rows:
+            if not isinstance(obj.get("attempt"), int) or isinstance(obj.get("attempt"), bool):
+                raise InputError(f"{self.attempts_path}:{number}: attempt is not a number")
+        return [obj for _, obj in rows]
 
     def read_responses(self) -> list[dict[str, Any]]:
         return [obj for _, obj in self._read_log(self.responses_path)]
@@ -171,6 +180,9 @@ class RunDir:
         settled from the logs when they show the outcome (the crash came after the attempt or
         the response was written); only an attempt with no outcome anywhere is uncertain.
         """
+        if repair:
+            # Validate everything read-only first: a corrupt file must change nothing.
+            self.reconcile(prompt_ids, repair=False)
         out = Reconciled()
         if repair:
             for path in (self.attempts_path, self.responses_path):

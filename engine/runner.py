@@ -166,6 +166,7 @@ class LiveRun:
         if resuming:
             existing = self.run_dir.read_manifest()
             check_same_contract(existing, build_manifest(plan, "unchecked"))
+            self.run_dir.reconcile(plan.prompt_ids, repair=False)  # corrupt files: refuse now
         self.credential = resolve_credential(plan.route, c.api_key_file, no_auth=c.no_auth,
                                              env=self.env)
         requests = [{"prompt_id": r.prompt_id, "request_sha256": r.sha256, "body": r.body}

@@ -229,7 +229,10 @@ class Worker:
     def ensure(self) -> None:
         """Start the worker if needed and wait until it has imported everything."""
         if self.proc is None or not self.alive():
-            self.start()
+            try:
+                self.start()
+            except OSError as exc:
+                raise WorkerError(f"the {self.name} could not be started: {exc}") from None
         if self.ready:
             return
         try:
@@ -334,7 +337,10 @@ class Supervisor:
         cwd = tempfile.gettempdir()
         env = dict(_WORKER_ENV)
         env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
-        env["PYTHONPATH"] = _package_parent()
+        # The workers must import what this process imports, and nothing from the launch
+        # directory; PYTHONPATH names no secret.
+        inherited = os.environ.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_parent(), inherited) if p)
         env["HOME"] = cwd
         env["TMPDIR"] = cwd
         python = [sys.executable, "-s", "-m"]
@@ -370,7 +376,7 @@ class Supervisor:
         for worker in (self.executor, self.grader):
             try:
                 worker.ensure()
-            except (WorkerError, OSError) as exc:
+            except WorkerError as exc:
                 print(f"evaluator: {exc}", file=sys.stderr)
         self.emit(
             {
@@ -388,7 +394,20 @@ class Supervisor:
                     "total": len(items),
                 }
             )
-            self.emit({"type": "evaluation", "evaluation": self.evaluate(item)})
+            try:
+                evaluation = self.evaluate(item)
+            except Exception as exc:
+                # A bug of ours must cost one item, not the job.
+                print(f"evaluator: internal error on {item.prompt_id!r}: {exc!r}", file=sys.stderr)
+                evaluation = make_evaluation(
+                    prompt_id=item.prompt_id,
+                    category="execution_error",
+                    execution_ok=False,
+                    circuit_found=False,
+                    error=short_error("EvaluatorError", f"internal error: {exc!r}"),
+                    environment=self.environment,
+                )
+            self.emit({"type": "evaluation", "evaluation": evaluation})
         self.emit({"type": "done", "count": len(items)})
 
     def _sweep(self, sessions: Iterable[int]) -> int:

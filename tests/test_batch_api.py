@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,7 +16,13 @@ import httpx
 import pytest
 
 from engine import load_release, make_config, run_live_model
-from engine.batch_api import STATE_FILE, BatchApiError, BatchPolled, run_batch_api
+from engine.batch_api import (
+    STATE_FILE,
+    BatchApiError,
+    BatchPolled,
+    run_batch_api,
+    run_batch_api_async,
+)
 from engine.errors import ConfigError, ResumeRefused, UsageError
 from engine.events import Event
 from engine.records import RunDir
@@ -316,7 +323,7 @@ def test_stop_while_polling_then_resume_with_a_stray_uncertain_prompt(
     control = RunControl()
     polled: list[BatchPolled] = []
 
-    def progress(event: Event | BatchPolled) -> None:
+    def progress(event: Event) -> None:
         if isinstance(event, BatchPolled):
             polled.append(event)
             if event.status == "in_progress":
@@ -324,12 +331,9 @@ def test_stop_while_polling_then_resume_with_a_stray_uncertain_prompt(
 
     with server_for(release_dir) as server:
         server.hold = True
-        from engine.batch_api import run_batch_api_async
-        import asyncio
-
         summary = asyncio.run(run_batch_api_async(
             config(release_dir, out, server.base_url, max_new=4), control=control,
-            progress=progress, env=ENV)).to_dict()  # type: ignore[arg-type]
+            progress=progress, env=ENV)).to_dict()
         assert summary["stopped"] and summary["uncertain"] == 0 and summary["pending"] == 6
         assert summary["batch"]["pending_in_batch"] == 4
         assert summary["batch"]["phase"] == "created" and polled
@@ -380,3 +384,45 @@ def test_refusals_and_endpoint_errors(release_dir: Path, tmp_path: Path) -> None
         summary = run_batch_api(config(release_dir, out, server.base_url, resume=True),
                                 env=ENV).to_dict()
         assert summary["success"] == 6 and server.created == 1
+
+
+def test_killed_while_materialising_resumes_without_a_second_batch(
+        release_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed after ghz_02's response and attempt line landed, before its record did."""
+    out = tmp_path / "run"
+    real_write = RunDir.write_record
+
+    def dying_write(self: RunDir, record: dict[str, Any]) -> None:
+        if record["prompt_id"] == "ghz_02" and record["state"] == "success":
+            raise Killed
+        real_write(self, record)
+
+    with server_for(release_dir) as server:
+        monkeypatch.setattr(RunDir, "write_record", dying_write)
+        with pytest.raises(Killed):
+            run_batch_api(config(release_dir, out, server.base_url), env=ENV)
+        monkeypatch.setattr(RunDir, "write_record", real_write)
+        assert state(out)["phase"] == "downloaded"
+        assert len(RunDir(out).read_responses()) == 3
+        downloads = sum(1 for s in server.seen if s.path.endswith("/content"))
+        summary = run_batch_api(config(release_dir, out, server.base_url, resume=True),
+                                env=ENV).to_dict()
+        assert server.created == 1
+        assert sum(1 for s in server.seen if s.path.endswith("/content")) == downloads
+    assert summary["success"] == 6 and summary["batch"]["phase"] == "materialised"
+    rd = RunDir(out)
+    assert sorted(r["prompt_id"] for r in rd.read_responses()) == [f"ghz_{i:02d}"
+                                                                    for i in range(6)]
+    assert [a["prompt_id"] for a in rd.read_attempts()].count("ghz_02") == 1
+
+
+def test_recast_draws_a_second_batch_into_its_own_run(release_dir: Path,
+                                                       tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with server_for(release_dir) as server:
+        summary = run_batch_api(config(release_dir, out, server.base_url, recast=True),
+                                env=ENV).to_dict()
+        assert server.created == 2
+    assert summary["success"] == 6 and summary["recast"]["success"] == 6
+    assert summary["stability"]["compared"] == 6 and summary["stability"]["changed"] == 0
+    assert state(out / "recast")["phase"] == "materialised"

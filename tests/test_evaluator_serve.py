@@ -137,6 +137,10 @@ print(hits)
 """
 
 
+def AS_USER(uid: int) -> list[str]:  # noqa: N802
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+
+
 def item(prompt_id: str, content: str | None = None, *, code: str | None = None,
          target: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"type": "item", "prompt_id": prompt_id, "content": content,
@@ -147,14 +151,13 @@ def run_job(lines: list[dict[str, Any] | str], *, user: int | None = None,
             timeout: float = 150) -> tuple[list[dict[str, Any]], subprocess.CompletedProcess[str]]:
     """Feed a job to a fresh supervisor and parse its stdout."""
     payload = "".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines)
-    extra: dict[str, Any] = {}
+    command = [sys.executable, "-m", "evaluator", "serve"]
     if user is not None:
-        extra = {"user": user, "group": user, "extra_groups": [], "cwd": "/tmp"}
+        command = [*AS_USER(user), *command]
     proc = subprocess.run(
-        [sys.executable, "-m", "evaluator", "serve"],
-        input=payload, capture_output=True, text=True, timeout=timeout,
+        command, input=payload, capture_output=True, text=True, timeout=timeout,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)},
-        start_new_session=True, **extra,
+        start_new_session=True, cwd="/tmp",
     )
     messages = [json.loads(line) for line in proc.stdout.splitlines()]
     return messages, proc
