@@ -185,6 +185,12 @@ class RunDir:
             self.reconcile(prompt_ids, repair=False)
         out = Reconciled()
         if repair:
+            # A kill between writing a temporary file and renaming it leaves the temporary
+            # file behind; the real file still holds the previous complete version.
+            for folder in (self.path, self.records_dir, self.raw_dir):
+                for tmp in folder.glob(".*.tmp") if folder.is_dir() else ():
+                    tmp.unlink(missing_ok=True)
+                    out.repaired.append(f"removed {tmp.name}")
             for path in (self.attempts_path, self.responses_path):
                 if repair_torn_tail(path):
                     out.repaired.append(path.name)

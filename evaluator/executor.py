@@ -13,6 +13,7 @@ Snippets run with ``__name__ == "__pqid_snippet__"``: an ``if __name__ == "__mai
 from __future__ import annotations
 
 import builtins
+import gc
 import io
 import math
 import os
@@ -532,6 +533,9 @@ def main() -> int:
     # The launch directory is on sys.path under -m; a snippet could plant modules there.
     sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
     versions = _preload()
+    # Objects that exist now are never collected: forked children then leave their pages
+    # shared instead of copying them when the collector walks the heap.
+    gc.freeze()
     temp_root = tempfile.mkdtemp(prefix="pqid-executor-")
     executor = Executor(temp_root)
     reader = wire.FrameReader(proto_in)

@@ -167,7 +167,7 @@ def sweep(
     me = os.getpid()
     spared = set(keep) | {me, 1}
     wanted_sessions = set(sessions)
-    killed = 0
+    killed: set[int] = set()
     deadline = time.monotonic() + max_seconds
     pause = 0.0005
     while True:
@@ -180,13 +180,13 @@ def sweep(
         victims = [pid for pid in candidates - spared if table[pid].alive]
         reap_children(spared, table)
         if not victims:
-            return SweepResult(killed=killed, converged=True)
+            return SweepResult(killed=len(killed), converged=True)
         if time.monotonic() > deadline:
-            return SweepResult(killed=killed, converged=False)
+            return SweepResult(killed=len(killed), converged=False)
         for pid in victims:
             try:
                 os.kill(pid, signal.SIGKILL)
-                killed += 1
+                killed.add(pid)
             except ProcessLookupError:
                 pass
             except PermissionError:

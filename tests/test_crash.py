@@ -88,6 +88,8 @@ def crash_campaign(tmp_path: Path, prompts: int, rounds: int, seed: int) -> str:
         for line in (out / name).read_text().splitlines():
             json.loads(line)
     for record in (out / "records").iterdir():
+        # Only complete records remain: resume removes temporaries a kill left behind.
+        assert record.suffix == ".json" and not record.name.startswith("."), record.name
         assert json.loads(record.read_text())["state"] == "success"
     # No prompt has two canonical responses.
     ids = [r["prompt_id"] for r in rd.read_responses()]
