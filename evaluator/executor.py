@@ -32,10 +32,12 @@ from typing import Any
 
 from evaluator import discover, processes, wire
 
-__all__ = ["Limits", "main"]
+__all__ = ["WORK_PREFIX", "Limits", "main"]
 
 SNIPPET_MODULE_NAME = "__pqid_snippet__"
 SNIPPET_FILE = "snippet.py"
+# Name prefix of the executor's working root in the temporary directory.
+WORK_PREFIX = "pqid-executor-"
 _RESULT_FD = 3
 _STATUS_LIMIT = 1 << 16
 _CHUNK = 1 << 16
@@ -108,6 +110,7 @@ class _Capture:
         self.total = 0
 
     def feed(self, chunk: bytes) -> None:
+        """Account for one chunk read from the stream."""
         self.total += len(chunk)
         room = self.cap - len(self.head)
         if room > 0:
@@ -119,14 +122,17 @@ class _Capture:
                 del self.tail[: len(self.tail) - _TAIL]
 
     def text(self) -> str:
+        """The head of the stream, decoded."""
         return self.head.decode("utf-8", "replace")
 
     def tail_text(self) -> str:
+        """The last few KiB of the stream, decoded (where tracebacks end up)."""
         joined = bytes(self.head[-_TAIL:] if not self.tail else self.tail)
         return joined.decode("utf-8", "replace")
 
     @property
     def truncated(self) -> bool:
+        """Whether the head lost anything."""
         return self.total > len(self.head)
 
 
@@ -210,9 +216,11 @@ def _child(
     """Run one snippet inside the forked child; never returns."""
     # Bound now: the snippet may replace module attributes before these are needed.
     exit_ = os._exit
+    getpid = os.getpid
     write_all = _write_all
     frame = wire.frame
     encode = wire.encode_json
+    own_pid = getpid()
     status: dict[str, Any] = {"phase": "setup", "error": None, "error_type": None}
     namespace: dict[str, Any] = {}
     try:
@@ -254,10 +262,10 @@ def _child(
         def is_circuit(value: object) -> bool:
             return isinstance(value, QuantumCircuit)
 
-        status["phase"] = "compile"
         path = os.path.join(workdir, SNIPPET_FILE)
         with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
             handle.write(code)
+        status["phase"] = "compile"
         # A relative name keeps tracebacks short and free of temporary paths; the file is
         # in the working directory, so traceback lines still show the source.
         compiled = compile(code, SNIPPET_FILE, "exec", dont_inherit=True)
@@ -273,8 +281,13 @@ def _child(
             # A script that ends with exit(0) finished normally; any other code is a failure.
             if stop.code not in (None, 0):
                 raise
+        if getpid() != own_pid:
+            # A process the snippet forked fell through to here; only the child itself reports.
+            exit_(0)
         status["phase"] = "entrypoint"
         found = discover.find_circuit(namespace, entrypoint, is_circuit, order)
+        if getpid() != own_pid:
+            exit_(0)
         status["exec_ms"] = round((time.perf_counter() - started) * 1000, 3)
         status["circuit_source"] = found.source
         status["note"] = found.note
@@ -287,6 +300,8 @@ def _child(
         status["phase"] = "done"
         write_all(_RESULT_FD, frame(encode(status)) + frame(payload))
     except BaseException as exc:
+        if getpid() != own_pid:
+            exit_(1)
         try:
             # Dropping the snippet's objects gives back memory it may have exhausted.
             namespace.clear()
@@ -431,7 +446,10 @@ class Executor:
         for fd in fds:
             _set_nonblocking(fd)
             selector.register(fd, selectors.EVENT_READ)
-        pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else -1
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # kernels before 5.3
+            pidfd = -1
         if pidfd >= 0:
             selector.register(pidfd, selectors.EVENT_READ)
         deadline = started + limits.timeout_seconds
@@ -536,11 +554,16 @@ def main() -> int:
     # Objects that exist now are never collected: forked children then leave their pages
     # shared instead of copying them when the collector walks the heap.
     gc.freeze()
-    temp_root = tempfile.mkdtemp(prefix="pqid-executor-")
+    temp_root = os.path.realpath(tempfile.mkdtemp(prefix=WORK_PREFIX))
     executor = Executor(temp_root)
     reader = wire.FrameReader(proto_in)
     wire.send_frames(
-        proto_out, [wire.encode_json({"type": "ready", "pid": os.getpid(), "optional": versions})]
+        proto_out,
+        [
+            wire.encode_json(
+                {"type": "ready", "pid": os.getpid(), "optional": versions, "temp_root": temp_root}
+            )
+        ],
     )
     try:
         while True:

@@ -27,6 +27,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from typing import IO, Any
 
 import evaluator
 from evaluator import processes, wire
+from evaluator.executor import WORK_PREFIX
 from evaluator.extract import Extraction, extract_code
 from evaluator.schema import categorize, make_evaluation, short_error
 
@@ -80,7 +82,12 @@ class ProtocolError(Exception):
 
 @dataclass(frozen=True)
 class Config:
-    """Settings of one job; every field may be given on the config line."""
+    """Settings of one job; every field may be given on the config line.
+
+    `memory_mb` caps each snippet's address space (RLIMIT_AS), which already holds the
+    ~1.3 GB that importing Qiskit reserves; `max_processes` is how many more tasks
+    (processes or threads) a snippet may start.
+    """
 
     timeout_seconds: float = 20.0
     memory_mb: int = 2048
@@ -197,6 +204,7 @@ class Worker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.reader: wire.FrameReader | None = None
         self.ready = False
+        self.hello: dict[str, Any] = {}
 
     @property
     def pid(self) -> int | None:
@@ -243,6 +251,7 @@ class Worker:
         if not isinstance(hello, dict) or hello.get("type") != "ready":
             self.stop()
             raise WorkerError(f"the {self.name} sent no ready message")
+        self.hello = hello
         self.ready = True
 
     def send(self, frames: list[bytes], deadline: float) -> None:
@@ -282,16 +291,13 @@ class Worker:
                 return f"killed by signal {-code}"
         return f"exit status {code}"
 
-    def stop(self) -> None:
-        """Kill the process (and its session) and collect it."""
-        proc, self.proc, self.reader, self.ready = self.proc, None, None, False
+    def stop(self, *, grace: float = 0.0) -> None:
+        """End the process and collect it: after `grace` seconds of EOF, by SIGKILL."""
+        proc, hello = self.proc, self.hello
+        self.proc, self.reader, self.ready, self.hello = None, None, False, {}
         if proc is None:
             return
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
+        # Closing its input is how a healthy worker learns to tidy up and leave.
         for stream in (proc.stdin, proc.stdout):
             try:
                 if stream is not None:
@@ -299,9 +305,35 @@ class Worker:
             except OSError:
                 pass
         try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             print(f"evaluator: the {self.name} ({proc.pid}) would not exit", file=sys.stderr)
+        _remove_worker_root(hello.get("temp_root"))
+
+
+def _remove_worker_root(path: object) -> None:
+    """Delete the working root a killed executor could not delete itself.
+
+    Only a path of the executor's own making is touched: a direct child of the temporary
+    directory whose name carries the executor's prefix. Nothing else is ever removed.
+    """
+    if not isinstance(path, str):
+        return
+    parent = os.path.realpath(tempfile.gettempdir())
+    if os.path.dirname(path) != parent or not os.path.basename(path).startswith(WORK_PREFIX):
+        return
+    if os.path.islink(path) or not os.path.isdir(path):
+        return
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _package_parent() -> str:
@@ -359,8 +391,8 @@ class Supervisor:
 
     def close(self) -> None:
         """Stop both workers and anything left behind."""
-        self.executor.stop()
-        self.grader.stop()
+        self.executor.stop(grace=2.0)
+        self.grader.stop(grace=2.0)
         self._sweep(())
 
     def run(self, items: list[Item]) -> None:
@@ -445,7 +477,7 @@ class Supervisor:
             self.executor.stop()
             return _Run(
                 timed_out=isinstance(exc, WorkerTimeout),
-                error=short_error("EvaluatorError", f"{exc}; it was restarted"),
+                error=short_error("EvaluatorError", f"{exc}; a fresh one takes the next item"),
             )
         except ValueError as exc:
             self.executor.stop()

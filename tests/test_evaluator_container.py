@@ -72,29 +72,58 @@ def _unshare() -> list[str] | None:
 
 
 @pytest.fixture(scope="module")
-def evaluations() -> dict[str, dict[str, Any]]:
+def evaluations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     unshare = _unshare()
     if unshare is None:
         pytest.skip("cannot create a PID namespace here (unshare missing or not permitted)")
     lines = [
         {"type": "config", "timeout_seconds": 5},
-        {"type": "item", "prompt_id": "kill_init", "content": fenced(ghz_with(KILL_INIT)),
-         "target_metadata": TARGET},
-        {"type": "item", "prompt_id": "litter", "content": fenced(ghz_with(LITTER)),
-         "target_metadata": TARGET},
-        {"type": "item", "prompt_id": "census", "content": fenced(ghz_with(CENSUS)),
-         "target_metadata": TARGET},
-        {"type": "item", "prompt_id": "kill_parent",
-         "content": fenced("import os, time\nos.kill(os.getppid(), 9)\ntime.sleep(30)\n"),
-         "target_metadata": TARGET},
-        {"type": "item", "prompt_id": "after", "content": fenced(GHZ_BODY),
-         "target_metadata": TARGET},
+        {
+            "type": "item",
+            "prompt_id": "kill_init",
+            "content": fenced(ghz_with(KILL_INIT)),
+            "target_metadata": TARGET,
+        },
+        {
+            "type": "item",
+            "prompt_id": "litter",
+            "content": fenced(ghz_with(LITTER)),
+            "target_metadata": TARGET,
+        },
+        {
+            "type": "item",
+            "prompt_id": "census",
+            "content": fenced(ghz_with(CENSUS)),
+            "target_metadata": TARGET,
+        },
+        {
+            "type": "item",
+            "prompt_id": "kill_parent",
+            "content": fenced("import os, time\nos.kill(os.getppid(), 9)\ntime.sleep(30)\n"),
+            "target_metadata": TARGET,
+        },
+        {
+            "type": "item",
+            "prompt_id": "after",
+            "content": fenced(GHZ_BODY),
+            "target_metadata": TARGET,
+        },
     ]
+    # The namespace shares this machine's file system: keep the job's temporary files apart.
+    scratch = tmp_path_factory.mktemp("container-tmp")
     proc = subprocess.run(
         [*unshare, sys.executable, "-m", "evaluator", "serve", "--container"],
         input="".join(json.dumps(line) + "\n" for line in lines),
-        capture_output=True, text=True, timeout=120, cwd="/tmp", start_new_session=True,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/tmp",
+        start_new_session=True,
+        env={
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": str(ROOT),
+            "TMPDIR": str(scratch),
+        },
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = {}
@@ -122,3 +151,10 @@ def test_strays_are_swept_and_orphans_reaped(evaluations: dict[str, dict[str, An
 def test_killed_executor_is_replaced(evaluations: dict[str, dict[str, Any]]) -> None:
     assert evaluations["kill_parent"]["category"] == "execution_error"
     assert evaluations["after"]["category"] == "ok"
+
+
+def test_nothing_is_left_in_the_temporary_directory(
+    evaluations: dict[str, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    scratch = tmp_path_factory.getbasetemp() / "container-tmp0"
+    assert list(scratch.iterdir()) == []

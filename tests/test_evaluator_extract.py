@@ -114,8 +114,27 @@ def test_never_raises_on_any_text(text: str) -> None:
 
 
 _fragments = st.sampled_from(
-    ["```", "```python", "~~~", "````py", "\n", " ", "x = 1", "def f(:", "import os", "#", "(",
-     "\x00", "\r", "    ", "prose here", "'''", "from . import", "@d", "\ud800"]
+    [
+        "```",
+        "```python",
+        "~~~",
+        "````py",
+        "\n",
+        " ",
+        "x = 1",
+        "def f(:",
+        "import os",
+        "#",
+        "(",
+        "\x00",
+        "\r",
+        "    ",
+        "prose here",
+        "'''",
+        "from . import",
+        "@d",
+        "\ud800",
+    ]
 )
 
 

@@ -51,9 +51,15 @@ def dump(circuit: QuantumCircuit) -> bytes:
 
 
 def target(**extra: Any) -> dict[str, Any]:
-    return {"entrypoint": "build_circuit", "num_qubits": 5, "num_clbits": 5,
-            "ops": {"h": 1, "cx": 4, "measure": 5, "barrier": 1}, "depth": 7,
-            "reference_code": REFERENCE, **extra}
+    return {
+        "entrypoint": "build_circuit",
+        "num_qubits": 5,
+        "num_clbits": 5,
+        "ops": {"h": 1, "cx": 4, "measure": 5, "barrier": 1},
+        "depth": 7,
+        "reference_code": REFERENCE,
+        **extra,
+    }
 
 
 def grade(circuit: QuantumCircuit, meta: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -64,8 +70,12 @@ def grade(circuit: QuantumCircuit, meta: dict[str, Any] | None = None) -> list[d
 def test_metadata_ignores_barriers_and_sorts_ops() -> None:
     qc = ghz(3)
     qc.barrier()
-    assert circuit_metadata(qc) == {"num_qubits": 3, "num_clbits": 3,
-                                    "ops": {"cx": 2, "h": 1, "measure": 3}, "depth": 4}
+    assert circuit_metadata(qc) == {
+        "num_qubits": 3,
+        "num_clbits": 3,
+        "ops": {"cx": 2, "h": 1, "measure": 3},
+        "depth": 4,
+    }
 
 
 def test_matching_circuit_is_structurally_equal_and_equivalent() -> None:
@@ -73,8 +83,13 @@ def test_matching_circuit_is_structurally_equal_and_equivalent() -> None:
     assert structure["loaded"] and structure["differences"] == []
     assert structure["width_match"] and structure["gate_types_match"]
     assert structure["gate_counts_match"]
-    assert final == {"stage": "final", "qasm3_ok": True, "qasm3_error": None,
-                     "equivalent": True, "equivalence_reason": "operator"}
+    assert final == {
+        "stage": "final",
+        "qasm3_ok": True,
+        "qasm3_error": None,
+        "equivalent": True,
+        "equivalence_reason": "operator",
+    }
 
 
 def test_differences_are_listed() -> None:
@@ -141,9 +156,13 @@ def _unbound() -> QuantumCircuit:
 
 def test_larger_circuits_use_statevector_then_give_up() -> None:
     assert equivalence(ghz(10), ghz(10), operator_max_qubits=8) == (
-        True, "statevector from |0...0>")
+        True,
+        "statevector from |0...0>",
+    )
     assert equivalence(ghz(10), ghz(10), operator_max_qubits=8, statevector_max_qubits=9) == (
-        None, "not checked: too large (10 qubits)")
+        None,
+        "not checked: too large (10 qubits)",
+    )
 
 
 def test_reference_is_cached_per_prompt() -> None:
@@ -173,8 +192,13 @@ def test_qpy_of_another_version_or_garbage_is_refused() -> None:
     with pytest.raises(CircuitLoadError):
         load_circuit(b"not qpy at all")
     stages = list(Grader().grade({"prompt_id": "x", "target_metadata": target()}, b"junk"))
-    assert stages == [{"stage": "structure", "loaded": False,
-                       "load_error": "CircuitLoadError: not a QPY payload of the expected version"}]
+    assert stages == [
+        {
+            "stage": "structure",
+            "loaded": False,
+            "load_error": "CircuitLoadError: not a QPY payload of the expected version",
+        }
+    ]
 
 
 def test_discovery_prefers_the_entrypoint_then_the_last_assigned_circuit() -> None:
@@ -185,18 +209,36 @@ def test_discovery_prefers_the_entrypoint_then_the_last_assigned_circuit() -> No
     found = discover.find_circuit(namespace, "build", is_c, ["other", "qc"])
     assert (found.circuit, found.source) == ("C3", "entrypoint")
     found = discover.find_circuit(namespace, "missing", is_c, ["other", "qc"])
-    assert (found.circuit, found.source, found.note) == ("C1", "module_level",
-                                                         "no function named missing")
+    assert (found.circuit, found.source, found.note) == (
+        "C1",
+        "module_level",
+        "no function named missing",
+    )
 
 
 def test_categories_follow_the_documented_precedence() -> None:
     assert CATEGORIES[0] == "no_code" and CATEGORIES[-1] == "ok"
-    flags = dict(has_code=True, compiled=True, timed_out=False, execution_ok=True,
-                 circuit_found=True, width_match=True, gate_types_match=True,
-                 gate_counts_match=True)
+    flags = dict(
+        has_code=True,
+        compiled=True,
+        timed_out=False,
+        execution_ok=True,
+        circuit_found=True,
+        width_match=True,
+        gate_types_match=True,
+        gate_counts_match=True,
+    )
     assert categorize(**flags) == "ok"
-    order = ["gate_counts_match", "gate_types_match", "width_match", "circuit_found",
-             "execution_ok", "timed_out", "compiled", "has_code"]
+    order = [
+        "gate_counts_match",
+        "gate_types_match",
+        "width_match",
+        "circuit_found",
+        "execution_ok",
+        "timed_out",
+        "compiled",
+        "has_code",
+    ]
     for name in order:
         flags[name] = name == "timed_out"
         expected = CATEGORIES[len(CATEGORIES) - 2 - order.index(name)]
@@ -204,8 +246,15 @@ def test_categories_follow_the_documented_precedence() -> None:
 
 
 def test_evaluation_has_every_required_field() -> None:
-    line = make_evaluation(prompt_id="p", category="ok", execution_ok=True, circuit_found=True,
-                           width_match=True, gate_types_match=True, gate_counts_match=True)
+    line = make_evaluation(
+        prompt_id="p",
+        category="ok",
+        execution_ok=True,
+        circuit_found=True,
+        width_match=True,
+        gate_types_match=True,
+        gate_counts_match=True,
+    )
     assert set(REQUIRED_FIELDS) <= set(line)
     assert line["structural_match"] is True
     with pytest.raises(ValueError):

@@ -137,27 +137,37 @@ print(hits)
 """
 
 
-def AS_USER(uid: int) -> list[str]:  # noqa: N802
-    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+def item(
+    prompt_id: str,
+    content: str | None = None,
+    *,
+    code: str | None = None,
+    target: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "type": "item",
+        "prompt_id": prompt_id,
+        "content": content,
+        "generated_code": code,
+        "target_metadata": target or TARGET,
+    }
 
 
-def item(prompt_id: str, content: str | None = None, *, code: str | None = None,
-         target: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"type": "item", "prompt_id": prompt_id, "content": content,
-            "generated_code": code, "target_metadata": target or TARGET}
-
-
-def run_job(lines: list[dict[str, Any] | str], *, user: int | None = None,
-            timeout: float = 150) -> tuple[list[dict[str, Any]], subprocess.CompletedProcess[str]]:
+def run_job(
+    lines: list[dict[str, Any] | str], *, timeout: float = 150
+) -> tuple[list[dict[str, Any]], subprocess.CompletedProcess[str]]:
     """Feed a job to a fresh supervisor and parse its stdout."""
     payload = "".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines)
     command = [sys.executable, "-m", "evaluator", "serve"]
-    if user is not None:
-        command = [*AS_USER(user), *command]
     proc = subprocess.run(
-        command, input=payload, capture_output=True, text=True, timeout=timeout,
+        command,
+        input=payload,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)},
-        start_new_session=True, cwd="/tmp",
+        start_new_session=True,
+        cwd="/tmp",
     )
     messages = [json.loads(line) for line in proc.stdout.splitlines()]
     return messages, proc
@@ -170,23 +180,36 @@ CASES: dict[str, dict[str, Any]] = {
     "timeout": item("timeout", fenced("while True:\n    pass\n")),
     "execution_error": item("execution_error", fenced("raise ValueError('bad input')\n")),
     "no_circuit": item("no_circuit", fenced("x = 1\nprint('hello')\n")),
-    "width": item("width", fenced(GHZ_BODY.replace("(5, 5)", "(4, 4)").replace("range(5)",
-                                                                               "range(4)")
-                                  .replace("range(4):", "range(3):"))),
+    "width": item(
+        "width",
+        fenced(
+            GHZ_BODY.replace("(5, 5)", "(4, 4)")
+            .replace("range(5)", "range(4)")
+            .replace("range(4):", "range(3):")
+        ),
+    ),
     "gate_type": item("gate_type", fenced(GHZ_BODY.replace("qc.cx(", "qc.cz("))),
     "gate_count": item("gate_count", fenced(GHZ_BODY.replace("range(4):", "range(3):"))),
-    "module_level": item("module_level", fenced(
-        "from qiskit import QuantumCircuit\n"
-        "scratch = QuantumCircuit(2)\n"
-        "qc = QuantumCircuit(5, 5)\nqc.h(0)\n"
-        "for i in range(4):\n    qc.cx(i, i + 1)\n"
-        "qc.measure(range(5), range(5))\n")),
+    "module_level": item(
+        "module_level",
+        fenced(
+            "from qiskit import QuantumCircuit\n"
+            "scratch = QuantumCircuit(2)\n"
+            "qc = QuantumCircuit(5, 5)\nqc.h(0)\n"
+            "for i in range(4):\n    qc.cx(i, i + 1)\n"
+            "qc.measure(range(5), range(5))\n"
+        ),
+    ),
     "provided": item("provided", "this prose is ignored", code=GHZ_BODY),
     "star": item("star", fenced(GHZ_BODY.replace("qc.cx(i, i + 1)", "qc.cx(0, i + 1)"))),
-    "main_block": item("main_block", fenced(GHZ_BODY + "\nif __name__ == '__main__':\n"
-                                            "    raise SystemExit('demo ran')\n")),
+    "main_block": item(
+        "main_block",
+        fenced(GHZ_BODY + "\nif __name__ == '__main__':\n    raise SystemExit('demo ran')\n"),
+    ),
     # Replaces the scoring primitives in its own process, then returns a 2-qubit circuit.
-    "monkeypatch": item("monkeypatch", fenced("""\
+    "monkeypatch": item(
+        "monkeypatch",
+        fenced("""\
         from qiskit import QuantumCircuit
         from qiskit.quantum_info import Operator
         QuantumCircuit.count_ops = lambda self: {'h': 1, 'cx': 4, 'measure': 5}
@@ -200,37 +223,55 @@ CASES: dict[str, dict[str, Any]] = {
             qc = QuantumCircuit(2)
             qc.h(0)
             return qc
-        """)),
+        """),
+    ),
     # Prints a line that looks like a perfect protocol answer, then leaves without a result.
-    "fake_success": item("fake_success", fenced("""\
+    "fake_success": item(
+        "fake_success",
+        fenced("""\
         import json, os, sys
         fake = {"category": "ok", "execution_ok": True, "structural_match": True,
                 "equivalent": True}
         print(json.dumps({"type": "evaluation", "evaluation": fake}))
         sys.stdout.flush()
         os._exit(0)
-        """)),
-    "kill_parent": item("kill_parent", fenced("""\
+        """),
+    ),
+    "kill_parent": item(
+        "kill_parent",
+        fenced("""\
         import os, time
         os.kill(os.getppid(), 9)
         time.sleep(30)
-        """)),
+        """),
+    ),
     "after_kill": item("after_kill", fenced(GHZ_BODY)),
-    "memory_bomb": item("memory_bomb", fenced("""\
+    "memory_bomb": item(
+        "memory_bomb",
+        fenced("""\
         blocks = []
         while True:
             blocks.append(bytearray(64 * 1024 * 1024))
-        """)),
+        """),
+    ),
     "big_alloc": item("big_alloc", fenced("x = bytearray(64 * 1024 ** 3)\n")),
-    "big_print": item("big_print", fenced(ghz_with("""\
+    "big_print": item(
+        "big_print",
+        fenced(
+            ghz_with("""\
         import sys
         chunk = "x" * (1 << 20)
         for _ in range(200):
             sys.stdout.write(chunk)
         sys.stdout.flush()
-        """))),
+        """)
+        ),
+    ),
     # Leaves a grandchild in a new session (escaping the process group) and reports its pid.
-    "escape": item("escape", fenced(ghz_with("""\
+    "escape": item(
+        "escape",
+        fenced(
+            ghz_with("""\
         import os, time
         r, w = os.pipe()
         if os.fork() == 0:
@@ -241,25 +282,34 @@ CASES: dict[str, dict[str, Any]] = {
             os._exit(0)
         os.close(w)
         print('STRAY', os.read(r, 32).decode())
-        """))),
+        """)
+        ),
+    ),
     "search": item("search", fenced(ghz_with(SEARCH.replace("PEEK_MEMORY", "False")))),
     "exit_zero": item("exit_zero", fenced(GHZ_BODY + "\nimport sys\nsys.exit(0)\n")),
     "exit_one": item("exit_one", fenced(GHZ_BODY + "\nimport sys\nsys.exit(1)\n")),
     "segfault": item("segfault", fenced("import ctypes\nctypes.string_at(0)\n")),
+    # A fork that is never told to exit runs on into the evaluator's code; only one reports.
+    "fork_fallthrough": item("fork_fallthrough", fenced(ghz_with("import os\nos.fork()\n"))),
     "last": item("last", fenced(GHZ_BODY)),
 }
 
 
 @pytest.fixture(scope="module")
 def job() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], float]:
-    config = {"type": "config", "timeout_seconds": 4, "memory_mb": 2048,
-              "equivalence_max_qubits": 8}
+    config = {
+        "type": "config",
+        "timeout_seconds": 4,
+        "memory_mb": 2048,
+        "equivalence_max_qubits": 8,
+    }
     started = time.monotonic()
     messages, proc = run_job([config, *CASES.values()])
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr[-3000:]
-    evaluations = {m["evaluation"]["prompt_id"]: m["evaluation"] for m in messages
-                   if m["type"] == "evaluation"}
+    evaluations = {
+        m["evaluation"]["prompt_id"]: m["evaluation"] for m in messages if m["type"] == "evaluation"
+    }
     return messages, evaluations, elapsed
 
 
@@ -279,12 +329,22 @@ def test_protocol_order(job: Any) -> None:
 @pytest.mark.parametrize(
     ("prompt_id", "category"),
     [
-        ("ok", "ok"), ("no_code", "no_code"), ("syntax_error", "syntax_error"),
-        ("timeout", "timeout"), ("execution_error", "execution_error"),
-        ("no_circuit", "no_circuit"), ("width", "width_mismatch"),
-        ("gate_type", "gate_type_mismatch"), ("gate_count", "gate_count_mismatch"),
-        ("module_level", "ok"), ("provided", "ok"), ("star", "ok"), ("main_block", "ok"),
-        ("exit_zero", "ok"), ("exit_one", "execution_error"),
+        ("ok", "ok"),
+        ("no_code", "no_code"),
+        ("syntax_error", "syntax_error"),
+        ("timeout", "timeout"),
+        ("execution_error", "execution_error"),
+        ("no_circuit", "no_circuit"),
+        ("width", "width_mismatch"),
+        ("gate_type", "gate_type_mismatch"),
+        ("gate_count", "gate_count_mismatch"),
+        ("module_level", "ok"),
+        ("provided", "ok"),
+        ("star", "ok"),
+        ("main_block", "ok"),
+        ("exit_zero", "ok"),
+        ("fork_fallthrough", "ok"),
+        ("exit_one", "execution_error"),
     ],
 )
 def test_each_category_is_produced(job: Any, prompt_id: str, category: str) -> None:
@@ -299,8 +359,12 @@ def test_ok_evaluation_in_full(job: Any) -> None:
     assert ev["equivalence_reason"] == "operator" and ev["error"] is None
     assert ev["circuit_source"] == "entrypoint"
     assert ev["extraction"] == {"method": "fenced", "prose_removed": True, "fences": 1}
-    assert ev["structure"]["found"] == {"num_qubits": 5, "num_clbits": 5, "depth": 6,
-                                        "ops": {"cx": 4, "h": 1, "measure": 5}}
+    assert ev["structure"]["found"] == {
+        "num_qubits": 5,
+        "num_clbits": 5,
+        "depth": 6,
+        "ops": {"cx": 4, "h": 1, "measure": 5},
+    }
     assert ev["structure"]["differences"] == []
     assert ev["evaluator_version"] and ev["environment"]["python"]
 
@@ -400,9 +464,14 @@ def test_whole_job_time(job: Any) -> None:
 
 @pytest.mark.parametrize(
     "line",
-    ["not json", '{"type": "item"}', '{"type": "mystery"}', "[1, 2]",
-     '{"type": "config", "timeout_seconds": "soon"}',
-     '{"type": "item", "prompt_id": "p", "content": null, "target_metadata": []}'],
+    [
+        "not json",
+        '{"type": "item"}',
+        '{"type": "mystery"}',
+        "[1, 2]",
+        '{"type": "config", "timeout_seconds": "soon"}',
+        '{"type": "item", "prompt_id": "p", "content": null, "target_metadata": []}',
+    ],
 )
 def test_malformed_input_is_fatal(line: str) -> None:
     messages, proc = run_job([line], timeout=30)

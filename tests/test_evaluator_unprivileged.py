@@ -60,10 +60,17 @@ def _launcher() -> tuple[list[str], dict[str, str]] | None:
             continue
         trial = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), site])}
         probe = subprocess.run(
-            [*drop, python, "-c",
-             "import sys, subprocess, qiskit, evaluator; "
-             "sys.exit(subprocess.run([sys.executable, '-c', 'import qiskit']).returncode)"],
-            env=trial, cwd="/tmp", capture_output=True, timeout=60,
+            [
+                *drop,
+                python,
+                "-c",
+                "import sys, subprocess, qiskit, evaluator; "
+                "sys.exit(subprocess.run([sys.executable, '-c', 'import qiskit']).returncode)",
+            ],
+            env=trial,
+            cwd="/tmp",
+            capture_output=True,
+            timeout=60,
         )
         if probe.returncode == 0:
             return [*drop, python], trial
@@ -74,24 +81,41 @@ def _launcher() -> tuple[list[str], dict[str, str]] | None:
 def evaluations() -> dict[str, dict[str, Any]]:
     launcher = _launcher()
     if launcher is None:
-        pytest.skip("cannot run the evaluator as an unprivileged uid here (running as root "
-                    "without setpriv or a world-readable Python 3 with these packages)")
+        pytest.skip(
+            "cannot run the evaluator as an unprivileged uid here (running as root "
+            "without setpriv or a world-readable Python 3 with these packages)"
+        )
     prefix, env = launcher
     target = dict(TARGET)
     lines = [
         {"type": "config", "timeout_seconds": 5},
-        {"type": "item", "prompt_id": "fork_bomb", "content": fenced(ghz_with(FORK_BOMB)),
-         "target_metadata": target},
-        {"type": "item", "prompt_id": "search",
-         "content": fenced(ghz_with(SEARCH.replace("PEEK_MEMORY", "True"))),
-         "target_metadata": target},
-        {"type": "item", "prompt_id": "after", "content": fenced(GHZ_BODY),
-         "target_metadata": target},
+        {
+            "type": "item",
+            "prompt_id": "fork_bomb",
+            "content": fenced(ghz_with(FORK_BOMB)),
+            "target_metadata": target,
+        },
+        {
+            "type": "item",
+            "prompt_id": "search",
+            "content": fenced(ghz_with(SEARCH.replace("PEEK_MEMORY", "True"))),
+            "target_metadata": target,
+        },
+        {
+            "type": "item",
+            "prompt_id": "after",
+            "content": fenced(GHZ_BODY),
+            "target_metadata": target,
+        },
     ]
     proc = subprocess.run(
         [*prefix, "-m", "evaluator", "serve"],
         input="".join(json.dumps(line) + "\n" for line in lines),
-        capture_output=True, text=True, timeout=120, env=env, cwd="/tmp",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd="/tmp",
         start_new_session=True,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -121,7 +145,8 @@ def test_no_process_of_the_job_survives(evaluations: dict[str, dict[str, Any]]) 
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        uid = int(next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1])
+        uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
+        uid = int(uid_line.split()[1])
         if uid == NOBODY and "State:\tZ" not in status:
             survivors.append(pid)
     assert survivors == []
@@ -144,5 +169,9 @@ def test_supervisor_marks_itself_undumpable() -> None:
         assert processes.make_undumpable()
         assert processes.is_dumpable() is False
         """)
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=30,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
