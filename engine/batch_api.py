@@ -281,10 +281,6 @@ class BatchRun(LiveRun):
         if (not isinstance(data, dict) or data.get("format") != STATE_FORMAT
                 or data.get("phase") not in PHASES or not isinstance(data.get("prompt_ids"), list)):
             raise InputError(f"{self.state_path}: not a {STATE_FORMAT} batch state")
-        unknown = set(data["prompt_ids"]) - set(self.plan.prompt_ids)
-        if unknown:
-            raise ResumeRefused(f"{self.state_path}: the batch holds prompts outside this run's "
-                                f"selection ({', '.join(sorted(unknown)[:5])})")
         return data
 
     def _save(self, **changes: Any) -> None:
@@ -317,9 +313,13 @@ class BatchRun(LiveRun):
                 override["retry_uncertain"] = True  # pending in the batch, not uncertain
         self.config = asked.model_copy(update=override)
         try:
-            super().prepare()
+            super().prepare()  # the contract check comes first: its message is the clearest
         finally:
             self.config = asked
+        unknown = in_batch - set(self.plan.prompt_ids)
+        if unknown:
+            raise ResumeRefused(f"{self.state_path}: the unfinished batch holds prompts outside "
+                                f"this run's selection ({', '.join(sorted(unknown)[:5])})")
         rec = self._reconciled
         assert rec is not None
         to_send = []

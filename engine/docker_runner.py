@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -46,8 +47,10 @@ INPUTS_LABEL = "pqid-tui.evaluator-inputs"
 CONTAINER_USER = "10001:10001"
 IMAGE_INPUTS_FORMAT = "pqid-evaluator-image/1"
 
-# Exit status the evaluator's death is reported with when a runner kills it on purpose.
 _STDERR_TAIL = 16 * 1024
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_STEP_FAILED = re.compile(r"returned a non-zero code: (\d+)")
+_NOISE = re.compile(r"\s*(--->|Step \d+/\d+|Removing intermediate|The command )")
 _MAX_LINE = 64 * 1024 * 1024
 
 
@@ -776,7 +779,7 @@ class DockerEvaluatorRunner:
 
         def log(line: str) -> None:
             tail.append(line)
-            del tail[:-40]
+            del tail[:-60]
             if progress is not None:
                 progress(ImageBuildLog(line))
 
@@ -789,24 +792,28 @@ class DockerEvaluatorRunner:
             stream = self.client.api.build(
                 fileobj=context.tar(), custom_context=True, tag=tag, rm=True, forcerm=True,
                 pull=False, decode=True, buildargs={"BASE_IMAGE": self.base_image},
-                labels={INPUTS_LABEL: digest, "pqid-tui.base-image": self.base_image})
+                labels={INPUTS_LABEL: digest})
             for chunk in stream:
-                if "stream" in chunk:
-                    for line in str(chunk["stream"]).splitlines():
-                        if line.strip():
-                            log(line.rstrip())
+                for line in _ANSI.sub("", str(chunk.get("stream") or "")).splitlines():
+                    if line.strip():
+                        log(line.rstrip())
                 if "error" in chunk:
-                    error = str(chunk.get("error") or "").strip()
-                    log(error)
+                    error = _ANSI.sub("", str(chunk.get("error") or "")).strip()
         except APIError as exc:
             error = _short(exc)
-        if error is not None:
-            hint = ("" if context.wheelhouse else
-                    "; where no package index is reachable, pass --wheelhouse DIR "
-                    "(filled by .ci/wheelhouse-fill DIR)")
-            last = " | ".join(tail[-8:])
-            raise ImageBuildError(f"building the evaluator image failed: {error}{hint}. "
-                                  f"Last build lines: {last}")
+        if error is None:
+            return
+        # The classic builder repeats the whole failed command; the step's own output says why.
+        failed = _STEP_FAILED.search(error)
+        summary = (f"a build step exited with status {failed.group(1)}" if failed
+                   else error[:300])
+        reasons = [line for line in tail if re.match(r"\s*(ERROR|E:|error:)", line)]
+        detail = " | ".join((reasons or [line for line in tail if not _NOISE.match(line)])[-6:])
+        hint = ("" if context.wheelhouse else
+                "; where no package index is reachable, pass --wheelhouse DIR "
+                "(filled by .ci/wheelhouse-fill DIR)")
+        raise ImageBuildError(f"building the evaluator image from {self.base_image} failed "
+                              f"({summary}): {detail}{hint}")
 
     # -- containers ----------------------------------------------------------------------------
     def remove_leftovers(self) -> int:
@@ -834,6 +841,14 @@ class DockerEvaluatorRunner:
         image = self.image
         self.remove_leftovers()
         cpus = min(self.limits.cpus, float(self.client.info().get("NCPU") or 1))
-        return _drive(lambda: _ContainerSession(self.client, image, self.run_id, self.limits,
-                                                cpus),
-                      items, config, on_line, self.wall_clock_seconds)
+
+        def start() -> _ContainerSession:
+            from docker.errors import DockerException
+
+            try:
+                return _ContainerSession(self.client, image, self.run_id, self.limits, cpus)
+            except DockerException as exc:
+                raise EvaluatorFailed(f"the Docker Engine could not start the evaluator "
+                                      f"container from {image}: {_short(exc)}") from None
+
+        return _drive(start, items, config, on_line, self.wall_clock_seconds)

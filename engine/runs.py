@@ -302,6 +302,15 @@ class PromptRow:
     next_attempt_at: float | None = None
 
 
+def in_retry_queue(row: PromptRow) -> bool:
+    """Waiting for a backoff, in flight again after a failed attempt, errored, or uncertain.
+
+    A prompt stays in the queue through its retries until it succeeds, so a queue that is
+    redrawn often does not churn as prompts go from waiting to in flight and back.
+    """
+    return row.state in QUEUE_STATES or (row.state == "in_flight" and row.error is not None)
+
+
 @dataclass
 class RunProgress:
     """Folds engine events into the latest state per prompt plus run totals.
@@ -406,8 +415,8 @@ class RunProgress:
         return remaining * self.elapsed / done
 
     def queue(self) -> list[PromptRow]:
-        """Prompts waiting for a backoff, ended in a terminal error, or uncertain."""
-        return [r for r in self.rows.values() if r.state in QUEUE_STATES]
+        """Prompts being retried, ended in a terminal error, or uncertain."""
+        return [r for r in self.rows.values() if in_retry_queue(r)]
 
     @classmethod
     def from_run_dir(cls, run_dir: Path, *, clock: Callable[[], float] = time.time

@@ -71,6 +71,7 @@ class PqidApp(App[int]):
         self.run_control: RunControl | None = None
         self.run_config: LiveRunConfig | None = None
         self.run_error: str | None = None
+        self._exit_after_run = False
         self.load_release()
 
     # -- engine objects --------------------------------------------------------------------------
@@ -125,6 +126,8 @@ class PqidApp(App[int]):
             result = worker.result if event.state == WorkerState.SUCCESS else None
             self.post_message(RunEnded(str(self.run_config.output_dir),
                                        result.summary if result else None, self.run_error))
+            if self._exit_after_run:
+                self.exit(0)
 
     def on_run_ended(self, message: RunEnded) -> None:
         for screen in self.screen_stack:
@@ -212,11 +215,19 @@ class PqidApp(App[int]):
         if not self.run_active:
             self.exit(0)
             return
+        if self._exit_after_run:
+            # A second quit while the stop waits for slow requests: leave now. Those requests
+            # stay in flight on disk, so a resume reports them as uncertain.
+            self.exit(0)
+            return
 
-        async def answer(stop: bool | None) -> None:
+        def answer(stop: bool | None) -> None:
             if stop:
-                await self.stop_run()
-                self.exit(0)
+                self._exit_after_run = True
+                self.stop_run()
+                self.notify("Stopping: waiting for the requests in flight, then quitting. "
+                            "Quit again to leave now (those prompts then resume as uncertain).",
+                            timeout=30)
 
         await self.push_screen(ConfirmScreen(
             "A run is in progress. Stop it and quit?",
@@ -224,13 +235,10 @@ class PqidApp(App[int]):
             "directory stays resumable: open it again, or use --resume in the batch mode.",
             yes="Stop the run and quit", no="Keep running"), answer)
 
-    async def stop_run(self) -> None:
-        """Ask the run to stop cleanly and wait for it."""
+    def stop_run(self) -> None:
+        """Ask the run to stop cleanly: requests in flight finish, no new ones start."""
         if self.run_control is not None:
             self.run_control.stop()
-        for worker in list(self.workers):
-            if worker.group == "run" and not worker.is_finished:
-                await worker.wait()
 
 
 def make_app(release_dir: Path | str | None = None, runs_dir: Path | str | None = None, *,

@@ -93,7 +93,7 @@ async def test_local_route_against_the_loopback_fault_server(tmp_path: Path) -> 
             assert all(states[f"ghz_{i:02d}"] == "success" for i in (0, 1, 2, 3, 5))
             queue = screen.query_one(RetryQueue)
             assert [str(k.value) for k in queue.rows] == ["ghz_04"]
-            assert "HTTP 400" in str(queue.get_row("ghz_04")[5])
+            assert "HTTP 400" in str(queue.get_row("ghz_04")[4])
     run = RunDir(runs / "local-test-model")
     assert len(run.read_responses()) == 5
     assert [s.behaviour for s in server.requests_for("ghz_01")] == ["429", "ok"]

@@ -61,6 +61,10 @@ async def test_plan_follows_the_form_and_errors_sit_beside_fields(tmp_path: Path
         await set_input(pilot, screen, "temperature", "5")
         assert screen.plan is None
         assert "less than or equal to 2" in text_of(screen, "#err-temperature")
+        await set_input(pilot, screen, "max_output_tokens", "0")
+        assert "greater than or equal to 1" in text_of(screen, "#err-max_output_tokens")
+        assert "less than or equal to 2" in text_of(screen, "#err-temperature")
+        await set_input(pilot, screen, "max_output_tokens", "2048")
         assert screen.query_one("#start", Button).disabled
         await set_input(pilot, screen, "temperature", "warm")
         assert text_of(screen, "#err-temperature") == "must be a number"
@@ -69,6 +73,8 @@ async def test_plan_follows_the_form_and_errors_sit_beside_fields(tmp_path: Path
 
         await set_input(pilot, screen, "extra_body", '{"api_key": "x"}')
         assert "looks like a credential" in text_of(screen, "#err-extra_body")
+        await set_input(pilot, screen, "extra_body", '{"model": "x"}')
+        assert "may not set model" in text_of(screen, "#err-extra_body")
         await set_input(pilot, screen, "extra_body", '{"reasoning_effort": "low"}')
         assert text_of(screen, "#err-extra_body") == ""
         assert '"reasoning_effort": "low"' in text_of(screen, "#plan")
@@ -82,6 +88,7 @@ async def test_plan_follows_the_form_and_errors_sit_beside_fields(tmp_path: Path
         await set_input(pilot, screen, "base_url", "https://user:pw@example.com/v1")
         assert "must not carry credentials" in text_of(screen, "#err-base_url")
         await set_input(pilot, screen, "base_url", "")
+        await set_input(pilot, screen, "model", "llama")
         assert screen.plan is not None
         assert "yes: https://api.groq.com/openai/v1" in text_of(screen, "#plan")
 
@@ -93,6 +100,9 @@ async def test_a_provider_route_needs_the_acknowledgement(tmp_path: Path) -> Non
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_form(app, pilot)
         screen.query_one("#provider", Select).value = "groq"
+        await pilot.pause()
+        assert screen.query_one("#model", Input).value == ""
+        assert "at least 1 character" in text_of(screen, "#err-model")
         await set_input(pilot, screen, "model", "llama")
         assert screen.plan is not None and not screen.errors
         ack = screen.query_one("#acknowledge", Checkbox)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -176,7 +177,7 @@ def test_replay_in_the_container_is_contained_and_cleaned_up(
 def test_a_wall_clock_overrun_is_an_infrastructure_failure(
         docker_client: Any, image: str) -> None:
     runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=_wheelhouse(),
-                                   client=docker_client, wall_clock_seconds=12)
+                                   client=docker_client, wall_clock_seconds=6)
     runner.ensure_image(build=True)
     meta = {"family": "ghz", "entrypoint": "build_circuit", "num_qubits": 2, "num_clbits": 2,
             "ops": {"h": 1, "cx": 1, "measure": 2}, "depth": 3,
@@ -244,7 +245,7 @@ def test_ctrl_c_removes_the_container(docker_client: Any, image: str, tmp_path: 
         assert proc.poll() is None, proc.communicate()
         time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -261,5 +262,42 @@ def test_a_missing_image_needs_build_image(docker_client: Any) -> None:
     with pytest.raises(UsageError, match=r"pqid-evaluator:[0-9a-f]{16}.*pass --build-image"):
         other.ensure_image(build=False)
     absent = DockerEvaluatorRunner(base_image="pqid-no-such-base:0", client=docker_client)
-    with pytest.raises(UsageError, match="not on the Docker Engine.*--build-image"):
+    with pytest.raises(UsageError, match=r"not on the Docker Engine.*--build-image"):
         absent.ensure_image(build=False)
+
+
+def test_the_batch_replay_prints_progress_and_the_summary(image: str, tmp_path: Path) -> None:
+    from tests.conftest import cli
+
+    release = write_release(tmp_path / "release", count=6)
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text(
+        json.dumps({"prompt_id": "ghz_00", "generated_code": GHZ_CODE.format(n=2)}) + "\n"
+        + json.dumps({"prompt_id": "ghz_01", "content": "no code here"}) + "\n")
+    args = ["--batch", "replay", "--release-dir", str(release), "--responses", str(responses),
+            "--output-dir", str(tmp_path / "out"), "--base-image", BASE_IMAGE,
+            "--build-image", "--acknowledge-code-execution"]
+    if _wheelhouse():
+        args += ["--wheelhouse", str(_wheelhouse())]
+    result = cli(*args, timeout=600)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert "[1/2] ghz_00: ok" in lines and "[2/2] ghz_01: no_code" in lines
+    summary = json.loads(result.stdout)
+    assert summary["categories"]["ok"] == 1 and summary["categories"]["no_code"] == 1
+    assert summary["files"]["evaluations"].endswith("pqid_bench_canonical_evaluations.jsonl")
+
+
+def test_an_incomplete_wheelhouse_fails_the_build_clearly(docker_client: Any,
+                                                          tmp_path: Path) -> None:
+    from engine.docker_runner import ImageBuildError
+
+    partial = tmp_path / "wheelhouse"
+    partial.mkdir()
+    (partial / "dill-0.4.1-py3-none-any.whl").write_bytes(b"not a wheel at all")
+    runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=partial,
+                                   client=docker_client, requirements=["no-such-package==1.0"])
+    expected = (re.escape(f"from {BASE_IMAGE} failed (a build step exited with status 1): ")
+                + r"ERROR: .*no-such-package")
+    with pytest.raises(ImageBuildError, match=expected):
+        runner.ensure_image(build=True)

@@ -11,7 +11,7 @@ import pytest
 
 from engine.docker_runner import EvaluationItem, EvaluatorConfig, LineCallback, RunOutcome
 from engine.errors import DockerUnavailable, InputError, ResumeRefused, UsageError
-from engine.events import Event, EvaluationFinished, EvaluationStarted, ReplayFinished
+from engine.events import EvaluationFinished, EvaluationStarted, Event, ReplayFinished
 from engine.events import ProgressCallback as _Progress
 from engine.replay import EVALUATIONS_FILE, OUTPUT_FILES, replay
 from tests.conftest import cli
@@ -199,7 +199,7 @@ def test_earlier_results_are_not_overwritten_unless_asked(release: Path,
     run_replay(release, responses, out)  # unrelated files are fine
     before = tree_bytes(out)
     responses = write_responses(tmp_path / "responses.jsonl", [good("ghz_01")])
-    with pytest.raises(ResumeRefused, match="already holds replay results.*--overwrite"):
+    with pytest.raises(ResumeRefused, match=r"already holds replay results.*--overwrite"):
         run_replay(release, responses, out, ExplodingRunner())
     assert tree_bytes(out) == before
     result = run_replay(release, responses, out, overwrite=True)
@@ -249,3 +249,57 @@ def test_no_docker_engine_names_what_to_start(release: Path, tmp_path: Path,
                  str(responses), "--output-dir", str(tmp_path / "out"),
                  "--acknowledge-code-execution", env=env)
     assert result.returncode == 2 and "systemctl start docker" in result.stderr
+
+
+def test_the_release_pins_the_evaluation_environment(release: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.replay as replay_module
+
+    manifest = json.loads((release / "release.json").read_text())
+    manifest["evaluator"]["requirements"] = ["qiskit==2.6.1", "numpy==2.4.6"]
+    (release / "release.json").write_text(json.dumps(manifest))
+    made: dict[str, Any] = {}
+
+    def fake_runner(**kwargs: Any) -> FakeRunner:
+        made.update(kwargs)
+        return FakeRunner()
+
+    monkeypatch.setattr(replay_module, "DockerEvaluatorRunner", fake_runner)
+    responses = write_responses(tmp_path / "responses.jsonl", [good("ghz_00")])
+    replay(release, responses, tmp_path / "out", acknowledge_code_execution=True,
+           base_image="base:1", wheelhouse=tmp_path)
+    assert made["requirements"] == ("qiskit==2.6.1", "numpy==2.4.6")
+    assert made["base_image"] == "base:1" and made["wheelhouse"] == tmp_path
+
+
+def test_build_context_holds_every_input_and_its_digest_covers_them(tmp_path: Path) -> None:
+    import tarfile
+
+    from engine.docker_runner import BuildContext
+
+    default = BuildContext.assemble()
+    names = dict(default.files)
+    assert names["requirements.txt"].startswith(b"# The evaluation environment")
+    assert b"qiskit==2.6.2" in names["requirements.txt"]
+    assert b"ARG BASE_IMAGE=python:3.11-slim" in names["Dockerfile"]
+    assert "evaluator/__main__.py" in names and "evaluator/supervisor.py" in names
+    assert not any("__pycache__" in n for n in names)
+    pinned = BuildContext.assemble(requirements=["qiskit==2.6.1"])
+    assert dict(pinned.files)["requirements.txt"] == b"qiskit==2.6.1\n"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "dill-0.4.1-py3-none-any.whl").write_bytes(b"not really a wheel")
+    offline = BuildContext.assemble(wheelhouse=wheels)
+    digests = {default.digest("sha256:base"), pinned.digest("sha256:base"),
+               offline.digest("sha256:base"), default.digest("sha256:other-base")}
+    assert len(digests) == 4
+    with tarfile.open(fileobj=offline.tar()) as tar:
+        members = tar.getnames()
+    assert {"Dockerfile", "requirements.txt", "wheelhouse",
+            "wheelhouse/dill-0.4.1-py3-none-any.whl"} <= set(members)
+    no_wheels = tmp_path / "no-wheels"
+    no_wheels.mkdir()
+    with pytest.raises(UsageError, match=r"holds no \.whl files"):
+        BuildContext.assemble(wheelhouse=no_wheels)
+    with pytest.raises(UsageError, match="not a directory"):
+        BuildContext.assemble(wheelhouse=tmp_path / "absent")

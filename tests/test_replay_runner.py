@@ -124,7 +124,8 @@ def test_an_evaluator_that_refuses_its_input_or_never_starts_is_an_error(
         standin: list[str]) -> None:
     with pytest.raises(EvaluatorFailed, match="refused its input: line 2: bad item"):
         run(standin, items("ok"), env={"MODE": "fatal"})
-    with pytest.raises(EvaluatorFailed, match="stopped before evaluating anything .exit status 3"):
+    with pytest.raises(EvaluatorFailed,
+                       match=r"stopped before evaluating anything \(exit status 3"):
         run(standin, items("ok"), env={"MODE": "crash"})
 
 

@@ -89,15 +89,21 @@ class ReplayProgress:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.docker_runner import EvaluatorFailed
     from engine.replay import replay
 
-    result = replay(
-        Path(args.release_dir or default_release_dir()), args.responses, args.output_dir,
-        acknowledge_code_execution=args.acknowledge, build_image=args.build_image,
-        base_image=args.base_image, wheelhouse=args.wheelhouse,
-        progress=None if args.quiet else ReplayProgress(),
-        timeout_seconds=args.timeout_seconds,
-        allow_modified_release=args.allow_modified_release, overwrite=args.overwrite,
-        wall_clock_seconds=args.container_timeout_seconds)
+    try:
+        result = replay(
+            Path(args.release_dir or default_release_dir()), args.responses, args.output_dir,
+            acknowledge_code_execution=args.acknowledge, build_image=args.build_image,
+            base_image=args.base_image, wheelhouse=args.wheelhouse,
+            progress=None if args.quiet else ReplayProgress(),
+            timeout_seconds=args.timeout_seconds,
+            allow_modified_release=args.allow_modified_release, overwrite=args.overwrite,
+            wall_clock_seconds=args.container_timeout_seconds)
+    except EvaluatorFailed as exc:
+        # Not the user's mistake (exit 1, not 2), but still one message, not a traceback.
+        print(f"pqid-tui: error: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     return 1 if result.summary["categories"].get("not_evaluated") else 0

@@ -17,8 +17,8 @@ from engine.errors import PqidError
 from engine.routes import PRESETS
 from pqid_tui.widgets.plain import plain
 
-CHECK_NOTE = ("Checking a key would contact the provider; the engine has no check function "
-              "yet, so this stays off. A dry-run plan never reads a key.")
+CHECK_NOTE = ("k checks the selected route's key with one call to the provider's model list, "
+              "after you confirm. Nothing else ever contacts a provider from this screen.")
 
 
 class CredentialsScreen(Screen[None]):
@@ -37,6 +37,7 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "set_key", "Set key"),
         Binding("d", "delete_key", "Delete key"),
+        Binding("k", "check_key", "Check key"),
         Binding("f5", "refresh", "Refresh"),
         Binding("escape", "back", "Back"),
     ]
@@ -60,8 +61,9 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
             with Horizontal(id="credential-actions"):
                 yield Button("Set key", id="set", variant="primary")
                 yield Button("Delete key", id="delete", variant="error")
-                yield Button("Check key", id="check", disabled=True)
+                yield Button("Check key", id="check")
             yield Static(CHECK_NOTE, id="check-note", classes="muted")
+            yield Static("", id="check-result")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -148,6 +150,56 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
             else f"There was no {name} keyring entry.")
         self.app.call_from_thread(self.action_refresh)
 
+    def action_check_key(self) -> None:
+        from pqid_tui.screens.dialogs import ConfirmScreen
+
+        name = self.selected_route()
+        if name is None:
+            return
+        route = PRESETS[name]
+        if route.adapter == "oracle":
+            self.notify("The oracle route runs in-process; there is nothing to check.",
+                        severity="warning")
+            return
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.check_key(name)
+
+        self.app.push_screen(ConfirmScreen(
+            f"Contact {name} to check its key?",
+            f"One GET of the model list at {route.base_url}, with the key from "
+            f"{self.sources.get(name, 'its usual source')}. No prompt is sent.",
+            yes="Contact the provider"), answer)
+
+    @work(exclusive=True, group="credentials-check")
+    async def check_key(self, name: str) -> None:
+        import asyncio
+
+        from engine.credentials import resolve_credential
+        from engine.provider_check import check_provider
+
+        app: Any = self.app
+        route = PRESETS[name]
+        result = self.query_one("#check-result", Static)
+        result.update(plain(f"checking {name}…"))
+        try:
+            # The keyring may block on D-Bus: read it off the event loop.
+            credential = await asyncio.to_thread(resolve_credential, route, env=app.env)
+        except PqidError as exc:
+            result.update(plain(f"{name}: {exc}"))
+            return
+        report = await check_provider(route, credential, transport=app.transport)
+        verdict = ("key accepted" if report.get("authenticated") else
+                   "key refused" if report.get("authenticated") is False else "not confirmed")
+        detail = report.get("error") or f"{report.get('models_listed', 0)} models listed"
+        result.update(plain(f"{name}: {verdict} ({report.get('credential_source')}); "
+                            f"{detail}"))
+
+    @on(Button.Pressed, "#check")
+    def _check(self) -> None:
+        self.action_check_key()
+
     @on(Button.Pressed, "#set")
     def _set(self) -> None:
         self.action_set_key()
@@ -163,4 +215,6 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
         return [SystemCommand("credentials: set key", "Store the selected route's key in the "
                               "OS keyring", self.action_set_key),
                 SystemCommand("credentials: delete key", "Delete the selected route's keyring "
-                              "entry", self.action_delete_key)]
+                              "entry", self.action_delete_key),
+                SystemCommand("credentials: check key", "Contact the provider once to check "
+                              "the key (asks first)", self.action_check_key)]

@@ -89,7 +89,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
         app: Any = self.app
         self._rows_seen = False
         self.flush()
-        self.set_interval(app.flush_interval, self.flush)
+        self.set_interval(app.flush_interval, self._flush_tick)
         self.query_one(RunGrid).focus()
 
     def attach(self, progress: RunProgress, *, live: bool) -> None:
@@ -101,13 +101,16 @@ backoff, ended in an error, or are uncertain, each with its last error.
         self.refresh_bindings()
 
     # -- redraw ----------------------------------------------------------------------------------
+    def _flush_tick(self) -> None:
+        self.flush()
+
     def flush(self) -> None:
         """Apply what changed since the last flush: a keyed diff, in one batch."""
         rows = self.progress.take_dirty()
         if rows:
             with self.app.batch_update():
                 self.query_one(RunGrid).apply(rows)
-                self.query_one(RetryQueue).apply(rows)
+                self.query_one(RetryQueue).apply(rows, self.progress.queue)
         self.show_stats()
 
     def status_word(self) -> str:

@@ -16,9 +16,9 @@ from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Select, Static
 
 from engine.config import DEFAULT_CONCURRENCY, LiveRunConfig, make_config
-from engine.errors import PqidError
+from engine.errors import ConfigError, PqidError
 from engine.plan import Plan, build_plan
-from engine.routes import PRESETS
+from engine.routes import PRESETS, check_extra_body, resolve_route
 from engine.runs import RunInfo, read_run_info
 from pqid_tui.screens.monitor import UNCERTAIN_EXPLANATION
 from pqid_tui.widgets.plain import plain
@@ -47,6 +47,11 @@ def field_for(message: str) -> str:
         if any(n in message for n in needles):
             return name
     return ""
+
+
+def split_messages(message: str) -> list[str]:
+    """One config error per field: `a: x; b: y` splits, `x; refused (...)` does not."""
+    return re.split(r"; (?=[a-z][a-z_-]*: )", message)
 
 
 def slug(text: str) -> str:
@@ -220,6 +225,12 @@ prompts that were in flight when a run died (a possible extra paid draw).
             if not isinstance(extra, dict):
                 errors["extra_body"] = "must be a JSON object"
                 extra = {}
+            try:
+                # Checked here too: the config raises on it before reporting other fields.
+                check_extra_body(extra)
+            except ConfigError as exc:
+                errors["extra_body"] = str(exc)
+                extra = {}
         ids = tuple(x for x in re.split(r"[,\s]+", self._value("prompt_ids")) if x) or None
         field = self._select("max_output_field")
         fields = dict(
@@ -254,8 +265,15 @@ prompts that were in flight when a run died (a possible extra paid draw).
                 config = make_config(**fields)
                 self.plan = build_plan(config, app.release)
             except PqidError as exc:
-                for part in str(exc).split("; "):
+                for part in split_messages(str(exc)):
                     errors.setdefault(field_for(part), part)
+            if config is None:
+                # The route is checked only when planning; check it now so its error shows
+                # beside the base URL even while another field is wrong.
+                try:
+                    resolve_route(fields["provider"], fields["base_url"])
+                except PqidError as exc:
+                    errors.setdefault(field_for(str(exc)), str(exc))
         self._check_output_dir(fields, errors)
         self.errors = errors
         for name in (*INPUT_FIELDS, "provider", "split", "max_output_field", ""):
@@ -380,6 +398,13 @@ prompts that were in flight when a run died (a possible extra paid draw).
     @on(Select.Changed)
     def _changed(self, event: Any) -> None:
         control_id = getattr(event.control, "id", "")
+        if control_id == "provider":
+            model = self.query_one("#model", Input)
+            oracle = self._select("provider") == "oracle"
+            if oracle and not model.value.strip():
+                model.value = "oracle"
+            elif not oracle and model.value.strip() == "oracle":
+                model.value = ""  # the oracle's label is no model ID for a provider
         if control_id in ("provider", "model"):
             self._suggest_output_dir()
         self.recompute()

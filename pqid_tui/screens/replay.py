@@ -154,7 +154,8 @@ column header to sort. **x** exports the comparison to the same files as the bat
             select.value = str(runs[0].path)
         taxonomy = self.query_one("#taxonomy", DataTable)
         taxonomy.add_columns("category", "count", "share")
-        self.query_one("#progress", ProgressBar).update(total=None)
+        # Hidden until a replay starts: an idle indeterminate bar would animate forever.
+        self.query_one("#progress", ProgressBar).display = False
         self.action_docker_status()
         if self.run_dir is not None:
             self.load_taxonomy()
@@ -243,7 +244,9 @@ column header to sort. **x** exports the comparison to the same files as the bat
 
     def _start_replay(self, run_dir: Path, *, overwrite: bool) -> None:
         app: Any = self.app
-        self.query_one("#progress", ProgressBar).update(total=None, progress=0)
+        progress = self.query_one("#progress", ProgressBar)
+        progress.display = True
+        progress.update(total=None, progress=0)
         self.query_one("#log", Log).write_line(f"replaying {escape_controls(run_dir.name)}…")
         self.replay_run(run_dir, app.release_dir, self.options(), overwrite)
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
-from engine.runs import QUEUE_STATES, PromptRow
+from engine.runs import PromptRow, in_retry_queue
 from pqid_tui.widgets.plain import one_line
 
 # Theme variable behind each state's colour (resolved against the running theme).
@@ -74,6 +74,31 @@ class _PromptTable(DataTable[object]):
         else:
             self.add_row(*(cells[key] for key, _ in self.COLUMNS), key=row.prompt_id)
 
+    def put_many(self, rows: Iterable[PromptRow]) -> None:
+        """Apply many row changes with one repaint instead of one per cell.
+
+        `update_cell` repaints on every call, which dominates when thousands of prompts change
+        between two flushes; writing the row data and invalidating once is the same diff.
+        """
+        data = getattr(self, "_data", None)
+        if not isinstance(data, dict) or not hasattr(self, "_update_count"):
+            for row in rows:  # a DataTable without these internals: the public way
+                self.put(row)
+            return
+        changed = False
+        for row in rows:
+            key = RowKey(row.prompt_id)
+            cells = self.cells(row)
+            stored = data.get(key) if key in self._row_locations else None
+            if stored is None:
+                self.add_row(*(cells[k] for k, _ in self.COLUMNS), key=row.prompt_id)
+            else:
+                stored.update(cells)
+                changed = True
+        if changed:
+            self._update_count += 1
+            self.refresh()
+
     def cursor_prompt(self) -> str | None:
         if self.row_count == 0:
             return None
@@ -99,8 +124,7 @@ payload inspector for the row under the cursor."""
                ("attempt", "attempt"), ("next", "next attempt"), ("error", "last error"))
 
     def apply(self, rows: Iterable[PromptRow]) -> None:
-        for row in rows:
-            self.put(row)
+        self.put_many(rows)
 
 
 class RetryQueue(_PromptTable):
@@ -108,16 +132,38 @@ class RetryQueue(_PromptTable):
 
     HELP = """## Retry queue
 
-Prompts waiting for a backoff (*retrying*), ended in a terminal *error*, or *uncertain*
-(in flight when an earlier run stopped: the provider may have answered and billed them)."""
+Prompts waiting for a backoff (*retrying*, then *in flight* again until they succeed),
+ended in a terminal *error*, or *uncertain* (in flight when an earlier run stopped: the
+provider may have answered and billed them). Each shows its last error."""
     COLUMNS = (("mark", " "), ("prompt", "prompt"), ("state", "state"),
-               ("attempt", "attempt"), ("next", "next attempt"), ("error", "last error"))
+               ("next", "next attempt"), ("error", "last error"), ("attempt", "attempt"))
 
-    def apply(self, rows: Iterable[PromptRow]) -> None:
-        for row in rows:
-            queued = row.state in QUEUE_STATES
-            if queued:
-                self.put(row)
-            elif self.has_row(row.prompt_id):
-                self.remove_row(row.prompt_id)
-                self.marked.discard(row.prompt_id)
+    REBUILD_AT = 32
+
+    def apply(self, rows: Iterable[PromptRow],
+              everything: Callable[[], list[PromptRow]] | None = None) -> None:
+        """Add, update or drop the changed rows; rebuild when many leave at once.
+
+        Removing a DataTable row costs time in proportion to the table, so when many rows
+        leave the queue in one flush it is cheaper to lay the queue out again.
+        """
+        rows = list(rows)
+        leaving = [r for r in rows if not in_retry_queue(r) and self.has_row(r.prompt_id)]
+        if everything is not None and len(leaving) > self.REBUILD_AT:
+            self.rebuild(everything())
+            return
+        self.put_many(r for r in rows if in_retry_queue(r))
+        for row in leaving:
+            self.remove_row(row.prompt_id)
+            self.marked.discard(row.prompt_id)
+
+    def rebuild(self, queued: list[PromptRow]) -> None:
+        cursor = self.cursor_prompt()
+        self.clear()
+        present = {r.prompt_id for r in queued}
+        self.marked &= present
+        for row in queued:
+            cells = self.cells(row)
+            self.add_row(*(cells[k] for k, _ in self.COLUMNS), key=row.prompt_id)
+        if cursor in present:
+            self.move_cursor(row=self.get_row_index(cursor), animate=False)

@@ -1,0 +1,126 @@
+"""Credentials screen: every route's source, keyring set through a masked input, delete."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual.widgets import DataTable, Input, Static
+
+from pqid_tui.app import make_app
+from pqid_tui.screens.credentials import CredentialsScreen
+from pqid_tui.screens.dialogs import ConfirmScreen, SecretScreen
+from tests.helpers import write_release
+from tests.test_app_support import SIZE, FakeReplayService, memory_keyring  # noqa: F401
+
+KEY = "sk-test-0123456789abcdefghijklmnop"
+
+
+def source_of(screen: CredentialsScreen, route: str) -> str:
+    return str(screen.query_one("#routes", DataTable).get_cell(route, "source"))
+
+
+async def test_set_and_delete_a_keyring_entry(tmp_path: Path, memory_keyring: Any  # noqa: F811
+                                              ) -> None:
+    release = write_release(tmp_path / "release", count=6)
+    app = make_app(release, tmp_path / "runs", env={"GROQ_API_KEY": "gsk_from_env_0123456789"},
+                   replay_service=FakeReplayService())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("c")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CredentialsScreen)
+        assert source_of(screen, "openai") == "missing"
+        assert source_of(screen, "groq") == "env:GROQ_API_KEY"
+        assert source_of(screen, "local") == "none" and source_of(screen, "oracle") == "none"
+
+        await pilot.press("s")  # the cursor is on openai, the first route
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, SecretScreen)
+        field = dialog.query_one("#secret", Input)
+        assert field.password
+        field.value = KEY
+        assert KEY not in app.export_screenshot()  # masked on screen
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert memory_keyring.entries == {("pqid-tui", "openai"): KEY}
+        assert source_of(screen, "openai") == "keyring"
+        assert KEY not in app.export_screenshot()
+
+        await pilot.press("d")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert memory_keyring.entries == {}
+        assert source_of(screen, "openai") == "missing"
+
+
+async def test_routes_without_a_key_refuse_set(tmp_path: Path, memory_keyring: Any  # noqa: F811
+                                               ) -> None:
+    release = write_release(tmp_path / "release", count=6)
+    app = make_app(release, tmp_path / "runs", env={}, replay_service=FakeReplayService())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.open_screen("credentials")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CredentialsScreen)
+        table = screen.query_one("#routes", DataTable)
+        table.move_cursor(row=table.get_row_index("oracle"))
+        await pilot.press("s")
+        await pilot.pause()
+        assert isinstance(app.screen, CredentialsScreen)
+        assert memory_keyring.entries == {}
+        table.move_cursor(row=table.get_row_index("groq"))
+        await pilot.press("s")
+        await pilot.pause()
+        await pilot.press("escape")  # cancel the masked input
+        await pilot.pause()
+        assert isinstance(app.screen, CredentialsScreen) and memory_keyring.entries == {}
+
+
+async def test_checking_a_key_contacts_the_provider_only_after_confirming(
+        tmp_path: Path, memory_keyring: Any) -> None:  # noqa: F811
+    import httpx
+
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"data": [{"id": "llama"}, {"id": "qwen"}]})
+
+    release = write_release(tmp_path / "release", count=6)
+    app = make_app(release, tmp_path / "runs", env={"GROQ_API_KEY": "gsk_from_env_0123456789"},
+                   transport=httpx.MockTransport(handler), replay_service=FakeReplayService())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.open_screen("credentials")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CredentialsScreen)
+        table = screen.query_one("#routes", DataTable)
+        table.move_cursor(row=table.get_row_index("groq"))
+        await pilot.press("k")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert seen == []
+        await pilot.press("k")
+        await pilot.pause()
+        await pilot.press("y")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert [str(r.url) for r in seen] == ["https://api.groq.com/openai/v1/models"]
+        assert seen[0].headers["authorization"] == "Bearer gsk_from_env_0123456789"
+        result = str(screen.query_one("#check-result", Static).render())
+        assert "key accepted (env:GROQ_API_KEY)" in result and "2 models listed" in result
+        assert "gsk_from_env" not in app.export_screenshot()

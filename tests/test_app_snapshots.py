@@ -1,0 +1,208 @@
+"""Snapshot tests: every screen at 120x40 over fixed runs (no clock, no random paths).
+
+Regenerate after an intended change with `pytest tests/test_app_snapshots.py
+--snapshot-update` and look at the pictures before committing them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pqid_tui.app import PqidApp, make_app
+from tests.helpers import write_release
+from tests.test_app_support import (  # noqa: F401
+    HOSTILE,
+    SIZE,
+    FakeReplayService,
+    frozen_clock,
+    make_run,
+    memory_keyring,
+)
+
+ROOT = Path("/tmp/pqid-tui-snapshots")
+
+
+@pytest.fixture
+def place(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A fixed directory per test, so the paths on screen are the same on every machine."""
+    path = ROOT / request.node.name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def app_with_runs(place: Path, *, runs: bool = True,
+                  service: FakeReplayService | None = None) -> PqidApp:
+    release = write_release(place / "release", count=6)
+    if runs:
+        asyncio.run(make_run(place / "runs", release, "groq-demo",
+                             plan={"ghz_01": [503], "ghz_04": [400]},
+                             uncertain=("ghz_05",),
+                             content=lambda pid, code: (HOSTILE if pid == "ghz_00" else "")
+                             + code))
+        asyncio.run(make_run(place / "runs", release, "oracle-full", provider="oracle",
+                             model="reference"))
+    return make_app(release, place / "runs", env={}, clock=frozen_clock,
+                    replay_service=service or FakeReplayService())
+
+
+async def settle(pilot: Any) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def test_home_empty(snap_compare: Any, place: Path) -> None:
+    """Home on an empty runs directory: the release panel (test-release 0.0.1, 6 prompts:
+    dev 2, test 4, verified digest) and the hint to press n for a first oracle run."""
+    assert snap_compare(app_with_runs(place, runs=False), terminal_size=SIZE,
+                        run_before=settle)
+
+
+def test_home_with_runs(snap_compare: Any, place: Path) -> None:
+    """Home listing two runs: groq-demo (6 selected, 4 success, 1 error, 1 uncertain, not
+    complete) and oracle-full (6 success, complete), neither replayed."""
+    assert snap_compare(app_with_runs(place), terminal_size=SIZE, run_before=settle)
+
+
+def test_new_run_form_and_plan(snap_compare: Any, place: Path) -> None:
+    """New run with the default oracle route: the form on the left, and on the right the
+    dry-run plan (contacts provider: no, 6 selected prompts, the digests, output dir
+    runs/oracle-reference-2... or oracle-reference) with no errors."""
+    async def before(pilot: Any) -> None:
+        await settle(pilot)
+        await pilot.press("n")
+        await settle(pilot)
+
+    assert snap_compare(app_with_runs(place, runs=False), terminal_size=SIZE, run_before=before)
+
+
+def test_new_run_validation_errors(snap_compare: Any, place: Path) -> None:
+    """New run on the groq route with temperature 5 and a credential-shaped extra body field:
+    the red messages sit under the temperature and extra-body fields, the plan panel says there
+    is no plan, and Start is disabled."""
+    async def before(pilot: Any) -> None:
+        from textual.widgets import Input, Select
+
+        await settle(pilot)
+        await pilot.press("n")
+        await settle(pilot)
+        screen = pilot.app.screen
+        screen.query_one("#provider", Select).value = "groq"
+        await pilot.pause()
+        screen.query_one("#temperature", Input).value = "5"
+        screen.query_one("#extra_body", Input).value = '{"api_key": "x"}'
+        await settle(pilot)
+
+    assert snap_compare(app_with_runs(place, runs=False), terminal_size=SIZE, run_before=before)
+
+
+def test_monitor_final_state(snap_compare: Any, place: Path) -> None:
+    """Run monitor of groq-demo opened from disk: six rows (ghz_01 success after a retry,
+    ghz_04 error with its HTTP 400, ghz_05 uncertain), the totals line without clock values,
+    and the retry queue holding ghz_04 and ghz_05."""
+    async def before(pilot: Any) -> None:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+
+    assert snap_compare(app_with_runs(place), terminal_size=SIZE, run_before=before)
+
+
+def test_retry_uncertain_confirmation(snap_compare: Any, place: Path) -> None:
+    """The confirmation before resending an uncertain prompt: it names the groq route and
+    explains the possible extra paid draw and that the uncertain attempt stays in history."""
+    async def before(pilot: Any) -> None:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        await pilot.press("u")
+        await settle(pilot)
+
+    assert snap_compare(app_with_runs(place), terminal_size=SIZE, run_before=before)
+
+
+def test_payload_inspector_escapes_hostile_output(snap_compare: Any, place: Path) -> None:
+    """Payload inspector of ghz_00, whose model output carries OSC 52, colour, hyperlink and
+    clear-screen escapes and Rich markup: the summary with the request hash (matches the body),
+    the highlighted JSON request body; scrolled down, the attempts and raw body. No escape is
+    interpreted: the picture has no red text and no link."""
+    async def before(pilot: Any) -> None:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+
+    assert snap_compare(app_with_runs(place), terminal_size=SIZE, run_before=before)
+
+
+def test_payload_inspector_response(snap_compare: Any, place: Path) -> None:
+    """The bottom of ghz_00's payload inspector: the canonical response shown with visible
+    \\x1b escapes and a literal [bold]not bold[/bold], and the extracted code highlighted as
+    Python."""
+    async def before(pilot: Any) -> None:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        pilot.app.screen.query_one("#payload").scroll_end(animate=False)
+        await pilot.pause()
+
+    assert snap_compare(app_with_runs(place), terminal_size=SIZE, run_before=before)
+
+
+def test_credentials(snap_compare: Any, place: Path, memory_keyring: Any) -> None:  # noqa: F811
+    """Credentials with no environment variables and an empty keyring: every route listed,
+    sources "missing" for keyed routes and "none" for local and oracle, the check note."""
+    assert snap_compare(app_with_runs(place, runs=False), terminal_size=SIZE,
+                        press=["c"], run_before=settle)
+
+
+def test_replay_and_compare(snap_compare: Any, place: Path) -> None:
+    """Replay & compare after a fake build and replay of groq-demo: Docker 99.0-fake with the
+    image present, the log, progress 4/4, the comparison table with denominators and partial
+    marks, the bar chart of execution rates and the failure taxonomy (scrolled to the end)."""
+    async def before(pilot: Any) -> None:
+        from textual.widgets import Checkbox
+
+        await settle(pilot)
+        await pilot.press("r")
+        await settle(pilot)
+        screen = pilot.app.screen
+        await pilot.press("b")
+        await settle(pilot)
+        screen.query_one("#acknowledge_execution", Checkbox).value = True
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        await settle(pilot)
+        screen.query_one("#replay").scroll_end(animate=False)
+        await pilot.pause()
+
+    assert snap_compare(app_with_runs(place), terminal_size=SIZE, run_before=before)
+
+
+def test_help_screen(snap_compare: Any, place: Path) -> None:
+    """F1 over the run monitor: the monitor's help text, the run grid's help (the focused
+    widget) and the table of keys with their actions."""
+    async def before(pilot: Any) -> None:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        await pilot.press("f1")
+        await settle(pilot)
+
+    assert snap_compare(app_with_runs(place), terminal_size=SIZE, run_before=before)
+
+
+def test_light_theme(snap_compare: Any, place: Path) -> None:
+    """Home with runs in the light theme (ctrl+t)."""
+    assert snap_compare(app_with_runs(place), terminal_size=SIZE, press=["ctrl+t"],
+                        run_before=settle)
