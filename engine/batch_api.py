@@ -43,7 +43,6 @@ import random
 import secrets
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, cast
@@ -55,7 +54,7 @@ from engine.adapters import Reply, error_for_status
 from engine.config import LiveRunConfig
 from engine.errors import ConfigError, InputError, ProviderError, ResumeRefused, UsageError
 from engine.events import (
-    Event,
+    BatchPolled,
     ProgressCallback,
     PromptState,
     PromptStateChanged,
@@ -97,20 +96,6 @@ class BatchApiError(UsageError):
         super().__init__(message)
         self.status = status
         self.transient = transient
-
-
-@dataclass(frozen=True, slots=True)
-class BatchPolled:
-    """A batch was polled: its status and request counts (total, completed, failed).
-
-    Not yet part of `engine.events.Event`; consumers that do not know it ignore it.
-    """
-
-    batch_id: str
-    status: str
-    total: int
-    completed: int
-    failed: int
 
 
 def _utc(ts: Any) -> str | None:
@@ -518,8 +503,8 @@ class BatchRun(LiveRun):
             changes["batch_created_at_utc"] = _utc(batch.get("created_at"))
         if changes:
             self._save(**changes)
-        self._emit(cast(Event, BatchPolled(str(batch.get("id")), status, counts["total"],
-                                           counts["completed"], counts["failed"])))
+        self._emit(BatchPolled(str(batch.get("id")), status, counts["total"],
+                               counts["completed"], counts["failed"]))
 
     async def _sleep_poll(self) -> bool:
         """Wait one poll interval; False when the run was stopped meanwhile."""

@@ -59,6 +59,17 @@ class RunFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchPolled:
+    """An OpenAI batch was polled: its status and request counts."""
+
+    batch_id: str
+    status: str
+    total: int
+    completed: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
 class ImageBuildLog:
     """One line of the evaluator image build."""
 
@@ -101,7 +112,7 @@ class ReplayFinished:
 
 
 Event: TypeAlias = (
-    RunStarted | PromptStateChanged | AttemptFinished | RunFinished
+    RunStarted | PromptStateChanged | AttemptFinished | RunFinished | BatchPolled
     | ImageBuildLog | ImageReady | EvaluationStarted | EvaluationFinished | ReplayFinished
 )
 ProgressCallback: TypeAlias = Callable[[Event], None]

@@ -67,7 +67,7 @@ class Plan:
         table = load_prices(self.config.prices_path)
         prompt_tokens = sum(estimate_tokens(r.body_bytes) for r in self.requests)
         return plan_cost(table, self.config.model, prompt_tokens, len(self.requests),
-                         self.config.max_output_tokens)
+                         self.config.max_output_tokens, batch=self.config.batch_api)
 
     def to_dict(self) -> dict[str, Any]:
         """The dry-run plan as printed by `run-model --dry-run`."""
@@ -93,6 +93,7 @@ class Plan:
             "output_dir": str(c.output_dir) if c.output_dir else None,
             "cost_estimate": self.cost_estimate(),
             "require_exact_model": c.require_exact_model,
+            "send_mode": "batch-api" if c.batch_api else "live",
             "concurrency": c.concurrency,
             "retry_policy": {"max_retries": c.max_retries,
                              "retry_backoff_seconds": c.retry_backoff_seconds,

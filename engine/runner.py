@@ -99,8 +99,25 @@ def build_manifest(plan: Plan, credential_source: str) -> dict[str, Any]:
         "generation_contract": plan.contract,
         "credential_source": credential_source,
         "contacts_provider": plan.route.adapter != "oracle",
+        "send_mode": "batch-api" if c.batch_api else "live",
         "target_metadata_exported": False,
     }
+
+
+def refuse_live_resume_of_open_batch(run_dir: RunDir) -> None:
+    """A batch still open at the provider must be finished by the batch path: sending its
+    prompts live as well would pay for each of them twice."""
+    path = run_dir.path / "batch-state.json"
+    if not path.exists():
+        return
+    try:
+        phase = json.loads(path.read_text()).get("phase")
+    except (OSError, ValueError, AttributeError):
+        phase = "unreadable"
+    if phase != "materialised":
+        raise ResumeRefused(f"{run_dir.path} holds an OpenAI batch that is not finished "
+                            f"(phase {phase!r}); resume it with --batch-api so its prompts are "
+                            "not sent (and paid for) twice")
 
 
 def _redact(data: bytes, secret: str | None) -> bytes:
@@ -167,6 +184,8 @@ class LiveRun:
             existing = self.run_dir.read_manifest()
             check_same_contract(existing, build_manifest(plan, "unchecked"))
             self.run_dir.reconcile(plan.prompt_ids, repair=False)  # corrupt files: refuse now
+            if not c.batch_api:
+                refuse_live_resume_of_open_batch(self.run_dir)
         self.credential = resolve_credential(plan.route, c.api_key_file, no_auth=c.no_auth,
                                              env=self.env)
         requests = [{"prompt_id": r.prompt_id, "request_sha256": r.sha256, "body": r.body}
@@ -423,7 +442,8 @@ class LiveRun:
         except ConfigError:
             prices = None
         summary = summarize_run(self.run_dir, self.plan.prompt_ids, repair=False,
-                                prices=prices, model=self.config.model)
+                                prices=prices, model=self.config.model,
+                                batch=self.config.batch_api)
         summary.update({
             "attempted": len(self.tally.attempted_prompts),
             "requests_sent": self.tally.attempts,
@@ -438,7 +458,7 @@ class LiveRun:
 
 def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,
                   repair: bool = False, prices: PriceTable | None = None,
-                  model: str | None = None) -> dict[str, Any]:
+                  model: str | None = None, batch: bool = False) -> dict[str, Any]:
     """Counts over the selected prompts, read back from the run directory."""
     rec = run_dir.reconcile(prompt_ids, repair=repair)
     counts = Counter(s.state for s in rec.statuses.values())
@@ -473,7 +493,7 @@ def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,
         "empty_prompts": sorted(r["prompt_id"] for r in responses
                                 if not (r.get("content") or "").strip()),
         "usage": dict(usage),
-        "cost": spent(prices, str(requested), dict(usage)) if requested else None,
+        "cost": spent(prices, str(requested), dict(usage), batch=batch) if requested else None,
         "errors": {pid: s.last_error for pid, s in rec.statuses.items() if s.state == "error"},
         "updated_at_utc": utc_now(),
     }

@@ -99,8 +99,8 @@ async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]
             def shown() -> bool:
                 if grid.row_count < prompts:
                     return False
-                for pid in (ids[0], ids[len(ids) // 2], ids[-1]):
-                    if str(grid.get_cell(pid, "state")) != final[pid]:
+                for i in (0, len(ids) // 2, len(ids) - 1):
+                    if grid.line_text(i)[2] != final[ids[i]]:
                         return False
                 return not progress._dirty
 
@@ -110,7 +110,7 @@ async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]
             await asyncio.sleep(0.2)  # let a last render land before stopping the ticker
             stop.set()
             await tick_task
-            wrong = [pid for pid in ids if str(grid.get_cell(pid, "state")) != final[pid]]
+            wrong = [pid for i, pid in enumerate(ids) if grid.line_text(i)[2] != final[pid]]
     lags_ms = sorted(x * 1000 for x in lags)
     return {
         "prompts": prompts, "events": len(stream), "batch": batch,

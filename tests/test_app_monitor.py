@@ -27,11 +27,7 @@ GROQ_ENV = {"GROQ_API_KEY": "gsk_test_key_value_0123456789"}
 
 def grid_states(screen: MonitorScreen) -> dict[str, str]:
     grid = screen.query_one(RunGrid)
-    out = {}
-    for row_key in grid.rows:
-        row = grid.get_row(row_key)
-        out[str(row_key.value)] = str(row[2])
-    return out
+    return {grid.ids[i]: grid.line_text(i)[2] for i in range(grid.row_count)}
 
 
 async def settle(app: PqidApp, pilot: Any) -> MonitorScreen:
@@ -92,8 +88,8 @@ async def test_local_route_against_the_loopback_fault_server(tmp_path: Path) -> 
             assert states["ghz_04"] == "error"
             assert all(states[f"ghz_{i:02d}"] == "success" for i in (0, 1, 2, 3, 5))
             queue = screen.query_one(RetryQueue)
-            assert [str(k.value) for k in queue.rows] == ["ghz_04"]
-            assert "HTTP 400" in str(queue.get_row("ghz_04")[4])
+            assert queue.ids == ["ghz_04"]
+            assert "HTTP 400" in queue.line_text(0)[4]
     run = RunDir(runs / "local-test-model")
     assert len(run.read_responses()) == 5
     assert [s.behaviour for s in server.requests_for("ghz_01")] == ["429", "ok"]
@@ -244,7 +240,7 @@ async def test_retry_uncertain_explains_the_extra_paid_draw(tmp_path: Path) -> N
         screen = app.screen
         assert isinstance(screen, MonitorScreen)
         assert grid_states(screen)["ghz_02"] == "uncertain"
-        assert [str(k.value) for k in screen.query_one(RetryQueue).rows] == ["ghz_02"]
+        assert screen.query_one(RetryQueue).ids == ["ghz_02"]
         await pilot.press("u")
         await pilot.pause()
         assert isinstance(app.screen, ConfirmScreen)

@@ -48,7 +48,7 @@ def _local_base_image() -> str | None:
 
         client = connect()
         client.images.get(LOCAL_BASE_IMAGE)
-    except Exception:  # noqa: BLE001 - any failure means: not available locally
+    except Exception:
         return None
     return LOCAL_BASE_IMAGE
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from engine.config import DEFAULT_CONCURRENCY, make_config
 from engine.errors import ConfigError
-from engine.events import AttemptFinished, Event, PromptStateChanged, RunFinished, RunStarted
+from engine.events import BatchPolled, Event, PromptStateChanged, RunFinished, RunStarted
 from pqid_tui.textsafe import escape_controls
 
 
@@ -199,8 +199,9 @@ class ProgressPrinter:
                 detail = ("" if event.state == "success"
                           else f": {escape_controls(event.error or '')}")
                 self._line(f"[{self.done}/{self.total}] {event.prompt_id}: {event.state}{detail}")
-        elif isinstance(event, AttemptFinished):
-            pass
+        elif isinstance(event, BatchPolled):
+            self._line(f"batch {escape_controls(event.batch_id)}: {escape_controls(event.status)}"
+                       f", {event.completed}/{event.total} done, {event.failed} failed")
         elif isinstance(event, RunFinished):
             s = event.summary
             self._line(f"done in {time.monotonic() - self.t0:.1f}s: {s.get('success')} success, "

@@ -12,13 +12,13 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import Footer, Header, Static
 
 from engine.errors import PqidError
 from engine.runs import RunProgress, resume_config
 from pqid_tui.messages import RunEnded
 from pqid_tui.widgets.plain import plain
-from pqid_tui.widgets.run_grid import RetryQueue, RunGrid
+from pqid_tui.widgets.run_grid import PromptTable, RetryQueue, RunGrid
 
 UNCERTAIN_EXPLANATION = (
     "An uncertain prompt was in flight when an earlier run stopped: the request may have "
@@ -208,7 +208,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
         table = self._focused_table()
         pid = table.cursor_prompt()
         if pid is not None and pid in self.progress.rows:
-            table.toggle_mark(pid, self.progress.rows[pid])
+            table.toggle_mark(pid)
 
     def selected_prompts(self) -> list[str]:
         """The marked prompts of both tables, or else the one under the cursor."""
@@ -225,10 +225,12 @@ backoff, ended in an error, or are uncertain, each with its last error.
         if pid is not None:
             self.app.push_screen(PayloadScreen(self.run_dir, pid))
 
-    @on(DataTable.RowSelected)
-    def _row_selected(self, event: DataTable.RowSelected) -> None:
+    @on(PromptTable.RowSelected)
+    def _row_selected(self, event: PromptTable.RowSelected) -> None:
         event.stop()
-        self.action_inspect()
+        from pqid_tui.screens.payload import PayloadScreen
+
+        self.app.push_screen(PayloadScreen(self.run_dir, event.prompt_id))
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -1,16 +1,28 @@
-"""The live per-prompt grid and the retry queue, redrawn from `RunProgress` as keyed diffs."""
+"""The live per-prompt grid and the retry queue: line-rendered tables over `RunProgress` rows.
+
+A run can have thousands of prompts changing many times a second. These tables keep the
+prompt rows by reference and render only the lines on screen, so applying a flush costs
+time in proportion to what changed plus one screenful, never to the size of the run.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import ClassVar
 
-from rich.text import Text
-from textual.widgets import DataTable
-from textual.widgets.data_table import RowKey
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from engine.runs import PromptRow, in_retry_queue
-from pqid_tui.widgets.plain import one_line
+from pqid_tui.textsafe import escape_controls
 
 # Theme variable behind each state's colour (resolved against the running theme).
 STATE_VARIABLES = {
@@ -26,144 +38,262 @@ def next_attempt_text(when: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(when))
 
 
-class _PromptTable(DataTable[object]):
-    """A DataTable keyed by prompt ID that applies row changes in place."""
+def _fit(text: str, width: int) -> str:
+    """`text` on one line, cut or padded to exactly `width` cells."""
+    text = escape_controls(text).replace("\n", " ").replace("\t", " ")
+    if len(text) > width:
+        return text[: max(0, width - 1)] + "…" if width > 0 else ""
+    return text.ljust(width)
+
+
+class PromptTable(ScrollView, can_focus=True):
+    """Prompt rows with a cursor and marks; the rows are the progress object's own rows."""
 
     DEFAULT_CSS = """
-    _PromptTable { height: 1fr; }
+    PromptTable {
+        height: 1fr;
+        background: $surface;
+        overflow-x: hidden;
+    }
+    PromptTable > .prompt-table--header {
+        text-style: bold;
+        background: $panel;
+    }
+    PromptTable > .prompt-table--cursor {
+        background: $block-cursor-blurred-background;
+    }
+    PromptTable:focus > .prompt-table--cursor {
+        background: $block-cursor-background;
+        color: $block-cursor-foreground;
+        text-style: bold;
+    }
+    PromptTable > .prompt-table--even {
+        background: $surface-lighten-1;
+    }
     """
-    COLUMNS: tuple[tuple[str, str], ...] = ()
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "prompt-table--header", "prompt-table--cursor", "prompt-table--even"}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "cursor_to(0)", "First", show=False),
+        Binding("end", "cursor_to(-1)", "Last", show=False),
+        Binding("enter", "select", "Inspect", show=False),
+    ]
+    # (key, label, width); the last column takes the remaining width.
+    COLUMNS: ClassVar[tuple[tuple[str, str, int], ...]] = (
+        ("mark", " ", 2), ("prompt", "prompt", 0), ("state", "state", 10),
+        ("attempt", "attempt", 8), ("next", "next attempt", 13), ("error", "last error", 0))
 
-    def __init__(self, **kw: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kw)  # type: ignore[arg-type]
+    cursor_row: reactive[int] = reactive(0, always_update=True)
+
+    class RowSelected(Message):
+        """Enter (or a double click) on a row."""
+
+        def __init__(self, table: PromptTable, prompt_id: str) -> None:
+            super().__init__()
+            self.table = table
+            self.prompt_id = prompt_id
+
+        @property
+        def control(self) -> PromptTable:
+            return self.table
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.ids: list[str] = []
+        self.rows: dict[str, PromptRow] = {}
+        self._index: dict[str, int] = {}
         self.marked: set[str] = set()
-        self._styles: dict[str, str] = {}
+        self._id_width = 6
+        self._state_styles: dict[str, Style] = {}
 
     def on_mount(self) -> None:
-        for key, label in self.COLUMNS:
-            self.add_column(label, key=key)
         self._resolve_styles()
         self.watch(self.app, "theme", lambda _: self._resolve_styles(), init=False)
 
     def _resolve_styles(self) -> None:
         variables = self.app.get_css_variables()
         # Muted theme colours are relative ("auto 60%"), which a rich style cannot hold.
-        self._styles = {state: value if value.startswith("#") else "dim"
-                        for state, var in STATE_VARIABLES.items()
-                        for value in [variables.get(var, "")]}
+        self._state_styles = {
+            state: Style.parse(value) if value.startswith("#") else Style(dim=True)
+            for state, var in STATE_VARIABLES.items()
+            for value in [variables.get(var, "")]}
+        self.refresh()
 
-    def state_text(self, state: str) -> Text:
-        return Text(STATE_LABELS.get(state, state), style=self._styles.get(state, ""), end="")
-
-    def cells(self, row: PromptRow) -> dict[str, object]:
-        return {"mark": "•" if row.prompt_id in self.marked else "",
-                "prompt": one_line(row.prompt_id, 60), "state": self.state_text(row.state),
-                "attempt": row.attempt or "",
-                "next": next_attempt_text(row.next_attempt_at if row.state == "retrying"
-                                          else None),
-                "error": one_line(row.error, 200) if row.state != "success" else ""}
+    # -- data --------------------------------------------------------------------------------
+    @property
+    def row_count(self) -> int:
+        return len(self.ids)
 
     def has_row(self, prompt_id: str) -> bool:
-        return RowKey(prompt_id) in self._row_locations
+        return prompt_id in self._index
 
-    def put(self, row: PromptRow) -> None:
-        cells = self.cells(row)
-        if self.has_row(row.prompt_id):
-            for key, value in cells.items():
-                self.update_cell(row.prompt_id, key, value)
-        else:
-            self.add_row(*(cells[key] for key, _ in self.COLUMNS), key=row.prompt_id)
+    def _append(self, row: PromptRow) -> None:
+        self._index[row.prompt_id] = len(self.ids)
+        self.ids.append(row.prompt_id)
+        self._id_width = max(self._id_width, min(40, len(row.prompt_id)))
 
-    def put_many(self, rows: Iterable[PromptRow]) -> None:
-        """Apply many row changes with one repaint instead of one per cell.
+    def _resize(self) -> None:
+        self.virtual_size = Size(self.size.width, len(self.ids) + 1)
+        if self.cursor_row >= len(self.ids):
+            self.cursor_row = max(0, len(self.ids) - 1)
+        self.refresh()
 
-        `update_cell` repaints on every call, which dominates when thousands of prompts change
-        between two flushes; writing the row data and invalidating once is the same diff.
-        """
-        data = getattr(self, "_data", None)
-        if not isinstance(data, dict) or not hasattr(self, "_update_count"):
-            for row in rows:  # a DataTable without these internals: the public way
-                self.put(row)
-            return
-        changed = False
+    def apply(self, rows: Iterable[PromptRow]) -> None:
+        """Take the changed rows: new ones are appended; then repaint what is on screen."""
         for row in rows:
-            key = RowKey(row.prompt_id)
-            cells = self.cells(row)
-            stored = data.get(key) if key in self._row_locations else None
-            if stored is None:
-                self.add_row(*(cells[k] for k, _ in self.COLUMNS), key=row.prompt_id)
-            else:
-                stored.update(cells)
-                changed = True
-        if changed:
-            self._update_count += 1
-            self.refresh()
+            self.rows[row.prompt_id] = row
+            if row.prompt_id not in self._index:
+                self._append(row)
+        self._resize()
+
+    def replace(self, rows: Iterable[PromptRow]) -> None:
+        """Show exactly these rows, in this order (keeping the cursor on its prompt)."""
+        current = self.cursor_prompt()
+        self.ids, self._index, self.rows = [], {}, {}
+        for row in rows:
+            self.rows[row.prompt_id] = row
+            self._append(row)
+        self.marked &= set(self.ids)
+        if current in self._index:
+            self.cursor_row = self._index[current]
+        self._resize()
+
+    def cells(self, row: PromptRow) -> dict[str, str]:
+        """The text of each column of a row (plain strings; never markup)."""
+        return {"mark": "•" if row.prompt_id in self.marked else "",
+                "prompt": row.prompt_id,
+                "state": STATE_LABELS.get(row.state, row.state),
+                "attempt": str(row.attempt or ""),
+                "next": next_attempt_text(row.next_attempt_at if row.state == "retrying"
+                                          else None),
+                "error": row.error or "" if row.state != "success" else ""}
 
     def cursor_prompt(self) -> str | None:
-        if self.row_count == 0:
+        if not self.ids:
             return None
-        row_key, _ = self.coordinate_to_cell_key(self.cursor_coordinate)
-        return str(row_key.value)
+        return self.ids[min(self.cursor_row, len(self.ids) - 1)]
 
-    def toggle_mark(self, prompt_id: str, row: PromptRow) -> None:
-        if prompt_id in self.marked:
-            self.marked.discard(prompt_id)
+    def move_to(self, prompt_id: str) -> None:
+        self.cursor_row = self._index[prompt_id]
+
+    def toggle_mark(self, prompt_id: str) -> None:
+        self.marked ^= {prompt_id}
+        self.refresh()
+
+    def line_text(self, index: int) -> list[str]:
+        """The cells of row `index` as shown (for tests and screen readers of the SVG)."""
+        return [c.strip() for c in self._row_cells(self.rows[self.ids[index]])]
+
+    # -- rendering ---------------------------------------------------------------------------
+    def _widths(self) -> list[int]:
+        widths = [self._id_width + 2 if key == "prompt" else width
+                  for key, _, width in self.COLUMNS]
+        fixed = sum(w for w in widths)
+        widths[-1] = max(8, self.size.width - fixed)
+        return widths
+
+    def _row_cells(self, row: PromptRow) -> list[str]:
+        cells = self.cells(row)
+        return [_fit(cells[key], width) for (key, _, _), width in
+                zip(self.COLUMNS, self._widths(), strict=True)]
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        base = self.rich_style
+        if y == 0:
+            style = base + self.get_component_rich_style("prompt-table--header")
+            text = "".join(_fit(label, w) for (_, label, _), w in
+                           zip(self.COLUMNS, self._widths(), strict=True))
+            return Strip([Segment(_fit(text, width), style)], width)
+        index = self.scroll_offset.y + y - 1
+        if index >= len(self.ids):
+            return Strip.blank(width, base)
+        row = self.rows[self.ids[index]]
+        if index == self.cursor_row:
+            row_style = base + self.get_component_rich_style("prompt-table--cursor")
+        elif index % 2:
+            row_style = base + self.get_component_rich_style("prompt-table--even")
         else:
-            self.marked.add(prompt_id)
-        self.update_cell(prompt_id, "mark", self.cells(row)["mark"])
+            row_style = base
+        segments = []
+        for (key, _, _), cell in zip(self.COLUMNS, self._row_cells(row), strict=True):
+            style = row_style
+            if key == "state" and index != self.cursor_row:
+                style = row_style + self._state_styles.get(row.state, Style())
+            segments.append(Segment(cell, style))
+        used = sum(len(s.text) for s in segments)
+        if used < width:
+            segments.append(Segment(" " * (width - used), row_style))
+        return Strip(segments).crop(0, width)
+
+    def on_resize(self) -> None:
+        self._resize()
+
+    # -- cursor and mouse --------------------------------------------------------------------
+    def watch_cursor_row(self, row: int) -> None:
+        visible = max(1, self.size.height - 1)
+        top = int(self.scroll_offset.y)
+        if row < top:
+            self.scroll_to(y=row, animate=False)
+        elif row >= top + visible:
+            self.scroll_to(y=row - visible + 1, animate=False)
+        self.refresh()
+
+    def action_cursor(self, delta: int) -> None:
+        if self.ids:
+            self.cursor_row = min(len(self.ids) - 1, max(0, self.cursor_row + delta))
+
+    def action_page(self, direction: int) -> None:
+        self.action_cursor(direction * max(1, self.size.height - 2))
+
+    def action_cursor_to(self, index: int) -> None:
+        if self.ids:
+            self.cursor_row = index % len(self.ids)
+
+    def action_select(self) -> None:
+        pid = self.cursor_prompt()
+        if pid is not None:
+            self.post_message(self.RowSelected(self, pid))
+
+    def on_click(self, event: events.Click) -> None:
+        index = int(self.scroll_offset.y) + event.y - 1
+        if event.y >= 1 and 0 <= index < len(self.ids):
+            self.cursor_row = index
+            if event.chain >= 2:
+                self.action_select()
 
 
-class RunGrid(_PromptTable):
+class RunGrid(PromptTable):
     """Every prompt of the run: state, attempt, next attempt time while retrying, last error."""
 
     HELP = """## Run grid
 
-One row per prompt. **space** marks a row for *retry selected*; **enter** opens the
-payload inspector for the row under the cursor."""
-    COLUMNS = (("mark", " "), ("prompt", "prompt"), ("state", "state"),
-               ("attempt", "attempt"), ("next", "next attempt"), ("error", "last error"))
-
-    def apply(self, rows: Iterable[PromptRow]) -> None:
-        self.put_many(rows)
+One row per prompt. **space** marks a row for *retry selected*; **enter** (or a double
+click) opens the payload inspector for the row under the cursor."""
 
 
-class RetryQueue(_PromptTable):
-    """Prompts waiting for a backoff, ended in a terminal error, or uncertain."""
+class RetryQueue(PromptTable):
+    """Prompts being retried, ended in a terminal error, or uncertain, with their last error."""
 
     HELP = """## Retry queue
 
 Prompts waiting for a backoff (*retrying*, then *in flight* again until they succeed),
 ended in a terminal *error*, or *uncertain* (in flight when an earlier run stopped: the
 provider may have answered and billed them). Each shows its last error."""
-    COLUMNS = (("mark", " "), ("prompt", "prompt"), ("state", "state"),
-               ("next", "next attempt"), ("error", "last error"), ("attempt", "attempt"))
-
-    REBUILD_AT = 32
+    COLUMNS: ClassVar[tuple[tuple[str, str, int], ...]] = (
+        ("mark", " ", 2), ("prompt", "prompt", 0), ("state", "state", 10),
+        ("next", "next attempt", 13), ("error", "last error", 0))
 
     def apply(self, rows: Iterable[PromptRow],
               everything: Callable[[], list[PromptRow]] | None = None) -> None:
-        """Add, update or drop the changed rows; rebuild when many leave at once.
-
-        Removing a DataTable row costs time in proportion to the table, so when many rows
-        leave the queue in one flush it is cheaper to lay the queue out again.
-        """
+        """Add or update the changed rows that belong in the queue, drop those that left."""
         rows = list(rows)
-        leaving = [r for r in rows if not in_retry_queue(r) and self.has_row(r.prompt_id)]
-        if everything is not None and len(leaving) > self.REBUILD_AT:
-            self.rebuild(everything())
-            return
-        self.put_many(r for r in rows if in_retry_queue(r))
-        for row in leaving:
-            self.remove_row(row.prompt_id)
-            self.marked.discard(row.prompt_id)
-
-    def rebuild(self, queued: list[PromptRow]) -> None:
-        cursor = self.cursor_prompt()
-        self.clear()
-        present = {r.prompt_id for r in queued}
-        self.marked &= present
-        for row in queued:
-            cells = self.cells(row)
-            self.add_row(*(cells[k] for k, _ in self.COLUMNS), key=row.prompt_id)
-        if cursor in present:
-            self.move_cursor(row=self.get_row_index(cursor), animate=False)
+        leaving = {r.prompt_id for r in rows if not in_retry_queue(r) and self.has_row(r.prompt_id)}
+        if leaving:
+            kept = [self.rows[pid] for pid in self.ids if pid not in leaving]
+            self.replace(kept)
+        super().apply(r for r in rows if in_retry_queue(r))
