@@ -89,7 +89,7 @@ async def test_local_route_against_the_loopback_fault_server(tmp_path: Path) -> 
             assert all(states[f"ghz_{i:02d}"] == "success" for i in (0, 1, 2, 3, 5))
             queue = screen.query_one(RetryQueue)
             assert queue.ids == ["ghz_04"]
-            assert "HTTP 400" in queue.line_text(0)[4]
+            assert queue.line_text(0)[4].startswith("bad_request: HTTP 400"), queue.line_text(0)
     run = RunDir(runs / "local-test-model")
     assert len(run.read_responses()) == 5
     assert [s.behaviour for s in server.requests_for("ghz_01")] == ["429", "ok"]

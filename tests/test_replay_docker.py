@@ -47,17 +47,18 @@ def _wheelhouse() -> Path | None:
 
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
-    import docker
-    from docker.errors import DockerException
+    from docker.errors import ImageNotFound
+
+    from engine.docker_runner import connect
+    from engine.errors import DockerUnavailable
 
     try:
-        client = docker.from_env()
-        client.ping()
-    except DockerException as exc:
-        pytest.skip(f"no Docker Engine reachable ({exc}); these tests need one")
+        client = connect()
+    except DockerUnavailable as exc:
+        pytest.skip(str(exc))
     try:
         client.images.get(BASE_IMAGE)
-    except docker.errors.ImageNotFound:
+    except ImageNotFound:
         client.close()
         pytest.fail(f"the base image {BASE_IMAGE} is missing: build it with .ci/base-image "
                     "(no registry is needed)")

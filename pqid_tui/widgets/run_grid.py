@@ -85,7 +85,7 @@ class PromptTable(ScrollView, can_focus=True):
     # (key, label, width); the last column takes the remaining width.
     COLUMNS: ClassVar[tuple[tuple[str, str, int], ...]] = (
         ("mark", " ", 2), ("prompt", "prompt", 0), ("state", "state", 10),
-        ("attempt", "attempt", 8), ("next", "next attempt", 13), ("error", "last error", 0))
+        ("attempt", "attempt", 8), ("next", "next try", 10), ("error", "last error", 0))
 
     cursor_row: reactive[int] = reactive(0, always_update=True)
 
@@ -286,7 +286,7 @@ ended in a terminal *error*, or *uncertain* (in flight when an earlier run stopp
 provider may have answered and billed them). Each shows its last error."""
     COLUMNS: ClassVar[tuple[tuple[str, str, int], ...]] = (
         ("mark", " ", 2), ("prompt", "prompt", 0), ("state", "state", 10),
-        ("next", "next attempt", 13), ("error", "last error", 0))
+        ("next", "next try", 10), ("error", "last error", 0))
 
     def apply(self, rows: Iterable[PromptRow],
               everything: Callable[[], list[PromptRow]] | None = None) -> None:
