@@ -11,7 +11,10 @@ import pytest
 from tests.conftest import ROOT
 
 ENGINE_MODULES = ["engine", "engine.runner", "engine.plan", "engine.records", "engine.release",
-                  "engine.credentials", "engine.routes", "engine.adapters", "engine.oracle"]
+                  "engine.credentials", "engine.routes", "engine.adapters", "engine.oracle",
+                  "engine.docker_runner", "engine.replay", "engine.compare",
+                  "engine.evaluations", "engine.batch_api", "engine.prices", "engine.recast",
+                  "engine.provider_check", "engine.runs", "engine.model_identity"]
 EVALUATOR_MODULES = ["evaluator", "evaluator.extract", "evaluator.schema",
                      "evaluator.supervisor", "evaluator.executor", "evaluator.grader"]
 

@@ -156,6 +156,7 @@ column header to sort. **x** exports the comparison to the same files as the bat
         taxonomy.add_columns("category", "count", "share")
         # Hidden until a replay starts: an idle indeterminate bar would animate forever.
         self.query_one("#progress", ProgressBar).display = False
+        self.query_one("#comparison", DataTable).display = False
         self.action_docker_status()
         if self.run_dir is not None:
             self.load_taxonomy()
@@ -194,7 +195,7 @@ column header to sort. **x** exports the comparison to the same files as the bat
             text.append_text(plain(f"{s.version}  reachable\n"))
             text.append("Image ", style="bold")
             text.append_text(plain(s.image or "unknown"))
-            text.append("  present" if s.image_present else "  needs a build",
+            text.append("  present" if s.image_present else "  needs a build (press b)",
                         style="bold")
             if s.detail:
                 text.append("\n")
@@ -336,6 +337,7 @@ column header to sort. **x** exports the comparison to the same files as the bat
             note.append_text(plain(c.note))
         self.query_one("#compare-note", Static).update(note)
         table = self.query_one("#comparison", DataTable)
+        table.display = True
         table.clear(columns=True)
         table.add_column("row", key="label")
         table.add_column("kind", key="kind")
@@ -376,7 +378,7 @@ column header to sort. **x** exports the comparison to the same files as the bat
     @on(Select.Changed, "#run")
     def _run_changed(self) -> None:
         self.comparison = None
-        self.query_one("#comparison", DataTable).clear(columns=True)
+        self.query_one("#comparison", DataTable).clear(columns=True).display = False
         self.query_one("#chart", BarChart).rows = ()
         self.query_one("#compare-note", Static).update("")
         if self.run_dir is not None:

@@ -43,7 +43,7 @@ class BarChart(Widget):
         if self.title:
             text.append(escape_controls(self.title) + "\n", style="bold")
         if not self.rows:
-            text.append("no data", style="dim")
+            text.append("no comparison yet: replay the run, then press m", style="dim")
             return text
         label_width = min(28, max(len(label) for label, _, _ in self.rows))
         bar_width = max(10, self.size.width - label_width - 24)

@@ -190,10 +190,12 @@ class PromptTable(ScrollView, can_focus=True):
 
     # -- rendering ---------------------------------------------------------------------------
     def _widths(self) -> list[int]:
-        widths = [self._id_width + 2 if key == "prompt" else width
-                  for key, _, width in self.COLUMNS]
-        fixed = sum(w for w in widths)
-        widths[-1] = max(8, self.size.width - fixed)
+        """Column widths: the prompt column fits the IDs but leaves the error column room."""
+        others = sum(width for key, _, width in self.COLUMNS if key not in ("prompt", "error"))
+        room = self.size.width - others - 16
+        prompt = max(8, min(self._id_width + 1, room))
+        widths = [prompt if key == "prompt" else width for key, _, width in self.COLUMNS]
+        widths[-1] = max(8, self.size.width - sum(widths[:-1]))
         return widths
 
     def _row_cells(self, row: PromptRow) -> list[str]:
