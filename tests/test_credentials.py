@@ -91,6 +91,10 @@ def test_canary_key_never_leaves_memory(real_keyring: dict[str, str], release_di
     release = load_release(release_dir)
     env = {k: v for k, v in os.environ.items() if k != "DEEPSEEK_API_KEY"}
     env.update(real_keyring)
+    # Private config, data, cache and state directories: scanned afterwards.
+    xdg = tmp_path / "xdg"
+    for name in ("CONFIG", "DATA", "CACHE", "STATE"):
+        env[f"XDG_{name}_HOME"] = str(xdg / name.lower())
     extra: list[str] = []
     if source == "keyring":
         assert cli("--batch", "credentials", "set", "deepseek", env=env,
@@ -121,4 +125,24 @@ def test_canary_key_never_leaves_memory(real_keyring: dict[str, str], release_di
     assert str(tmp_path / "secrets") not in (out / "run-manifest.json").read_text()
     echoed = next(out.glob("raw/ghz_00.attempt-1.*")).read_text()
     assert "[REDACTED]" in echoed
-    assert _scan([out], result.stdout, result.stderr) == []
+    assert _scan([out, xdg, Path(real_keyring["HOME"]) / "config"],
+                 result.stdout, result.stderr) == []
+
+
+def test_canary_through_the_library(release_dir: Path, tmp_path: Path) -> None:
+    """The library path with the key in the environment mapping it is given."""
+    from engine import make_config, run_live_model
+
+    release = load_release(release_dir)
+    events: list[object] = []
+    script = FaultScript.for_release(release, {"ghz_00": ["401-echo"]})
+    with FaultServer(script) as server:
+        summary = run_live_model(make_config(
+            release_dir=release_dir, output_dir=tmp_path / "run", provider="openrouter",
+            base_url=server.base_url, model="m", acknowledge_prompt_export=True, limit=3),
+            env={"OPENROUTER_API_KEY": CANARY}, progress=lambda event: events.append(event))
+        seen = list(server.seen)
+    assert all(s.headers["authorization"] == f"Bearer {CANARY}" for s in seen)
+    assert summary.to_dict()["error"] == 1
+    assert _scan([tmp_path / "run"], json.dumps(summary.to_dict()), repr(events)) == []
+

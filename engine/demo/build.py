@@ -2,9 +2,13 @@
 
 Without flags it regenerates `prompts.jsonl` and `release.json` in the bundled release
 directory; every number in a prompt's target metadata comes from executing its reference
-code with qiskit here. The frozen model matrix is not built here: an existing
-`frozen/matrix.json` is left as it is, a missing one starts as `{"rows": []}`, and
-`release.json` records the SHA-256 of every file under `frozen/`.
+code with qiskit here. The frozen model matrix is not built here (`engine.demo.frozen`
+scores its rows in the evaluator container): an existing `frozen/matrix.json` is left as it
+is, a missing one starts as `{"rows": []}`, and `release.json` records the SHA-256 of every
+file under `frozen/`. `release.json` also pins the evaluation environment: the evaluator
+version and the exact pins of `evaluator/requirements.txt` (its non-comment lines, in file
+order), which replay then installs instead of the file, so that a candidate is scored in the
+environment the frozen rows were scored in.
 
 `--check` rebuilds into a temporary directory, compares it with the committed release
 byte for byte and verifies every digest in `release.json`.
@@ -18,6 +22,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -190,6 +195,29 @@ def _evaluator_version() -> str:
     return str(evaluator.__version__)
 
 
+_PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
+
+
+def evaluator_requirements(path: Path | None = None) -> list[str]:
+    """The exact pins of `evaluator/requirements.txt`: its non-blank, non-comment lines, in
+    file order. Anything but `name==version` is refused: a release pins exactly."""
+    if path is None:
+        import evaluator
+
+        path = Path(evaluator.__file__).resolve().parent / "requirements.txt"
+    pins: list[str] = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        if not _PIN.match(text):
+            raise BuildError(f"{path}:{number}: {text!r} is not an exact pin (name==version)")
+        pins.append(text)
+    if not pins:
+        raise BuildError(f"{path}: holds no requirement pins")
+    return pins
+
+
 def manifest(release_dir: Path, prompts_data: bytes, count: int) -> dict[str, Any]:
     return {
         "format": FORMAT,
@@ -199,7 +227,7 @@ def manifest(release_dir: Path, prompts_data: bytes, count: int) -> dict[str, An
         "files": {
             name: _sha256((release_dir / name).read_bytes()) for name in _frozen_files(release_dir)
         },
-        "evaluator": {"version": _evaluator_version()},
+        "evaluator": {"version": _evaluator_version(), "requirements": evaluator_requirements()},
     }
 
 
