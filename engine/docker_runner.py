@@ -445,6 +445,9 @@ class ContainerLimits:
     pids_limit: int = 256
     cpus: float = 2.0
     tmpfs_size: str = "256m"
+    # Without it a tmpfs allows about one inode per two pages of host RAM (millions): a snippet
+    # creating empty files would spend its whole time limit and the next item's clean-up time.
+    tmpfs_inodes: int = 65536
     nofile: int = 1024
 
 
@@ -609,7 +612,8 @@ class _ContainerSession:
             read_only=True,
             # exec stays allowed: the untrusted code is Python, which noexec would not stop,
             # and native libraries may need to map temporary files executable.
-            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={limits.tmpfs_size},mode=1777"},
+            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={limits.tmpfs_size},"
+                           f"nr_inodes={limits.tmpfs_inodes},mode=1777"},
             mem_limit=limits.mem_limit, memswap_limit=limits.mem_limit,
             pids_limit=limits.pids_limit,
             nano_cpus=int(cpus * 1e9),

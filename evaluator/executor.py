@@ -400,6 +400,24 @@ class Executor:
         self.temp_root = temp_root
         self.uid = os.getuid()
 
+    def _working_root(self) -> str:
+        """The working root, made anew if a snippet replaced, removed or locked it.
+
+        A snippet runs as our uid, so it can rename the root and leave a symlink (to a
+        read-only directory, say) in its place, which would fail every later snippet. Nothing
+        of a snippet is still running here (its session was killed and swept), so checking
+        and repairing now cannot race with it.
+        """
+        try:
+            info = os.lstat(self.temp_root)
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == self.uid:
+                os.chmod(self.temp_root, stat.S_IRWXU)
+                return self.temp_root
+        except OSError:
+            pass
+        self.temp_root = os.path.realpath(tempfile.mkdtemp(prefix=WORK_PREFIX))
+        return self.temp_root
+
     def run(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         """Run one snippet; return the reply header and the circuit's QPY bytes."""
         code = request.get("code")
@@ -411,7 +429,7 @@ class Executor:
         limits = Limits.from_json(request.get("limits"))
         # Root ignores RLIMIT_NPROC; for anyone else it counts every task of the uid.
         nproc = limits.processes + (self.uid and _uid_tasks(self.uid))
-        workdir = tempfile.mkdtemp(prefix="snippet-", dir=self.temp_root)
+        workdir = tempfile.mkdtemp(prefix="snippet-", dir=self._working_root())
         pipes = [os.pipe() for _ in range(3)]
         started = time.monotonic()
         try:
@@ -581,7 +599,9 @@ def main() -> int:
             del raw
             wire.send_frames(proto_out, [wire.encode_json(reply), payload])
     finally:
-        shutil.rmtree(temp_root, ignore_errors=True)
+        for root in {temp_root, executor.temp_root}:
+            if not os.path.islink(root):
+                shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

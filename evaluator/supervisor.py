@@ -63,7 +63,12 @@ _WORKER_ENV = {
     "QISKIT_IN_PARALLEL": "TRUE",
     "QISKIT_SUPPRESS_PACKAGING_WARNINGS": "Y",
     "PYTHONDONTWRITEBYTECODE": "1",
+    # Never read ~/.qiskit/settings.conf: nothing a snippet wrote may configure a worker.
+    "QISKIT_IGNORE_USER_SETTINGS": "TRUE",
 }
+# Directories a snippet can write to in the container (everything else is read-only); what it
+# leaves there is removed after each item, so it cannot fill them for the items that follow.
+_SCRATCH_DIRS = ("/dev/shm", "/dev/mqueue")
 
 _DISTRIBUTIONS = {
     "qiskit": "qiskit",
@@ -336,6 +341,38 @@ def _remove_worker_root(path: object) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _clear_directory(directory: str, *, keep: str | None) -> None:
+    """Delete every entry of a directory except `keep`, even ones made unreadable."""
+
+    def unlock(_function: Any, target: str, _info: Any) -> None:
+        # The snippet may have removed permissions from directories it made (same uid).
+        try:
+            os.chmod(os.path.dirname(target), 0o700)
+            if os.path.isdir(target) and not os.path.islink(target):
+                os.chmod(target, 0o700)
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                os.unlink(target)
+        except OSError:
+            pass
+
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(directory, name)
+        if keep is not None and path == keep:
+            continue
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, onerror=unlock)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
 def _package_parent() -> str:
     """The directory that holds the evaluator package, for the workers' import path."""
     return os.path.dirname(os.path.dirname(os.path.abspath(evaluator.__file__)))
@@ -366,7 +403,10 @@ class Supervisor:
         self.container = container
         self.out = out
         self.environment = environment()
-        cwd = tempfile.gettempdir()
+        # Not the temporary directory: `python -m` puts the working directory first on
+        # sys.path, and a snippet (same uid) could plant an `evaluator` package there that a
+        # restarted grader would then import. The root directory is never writable by us.
+        cwd = "/"
         env = dict(_WORKER_ENV)
         env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
         # The workers must import what this process imports, and nothing from the launch
@@ -374,8 +414,10 @@ class Supervisor:
         inherited = os.environ.get("PYTHONPATH", "")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_parent(), inherited) if p)
         env["HOME"] = cwd
-        env["TMPDIR"] = cwd
-        python = [sys.executable, "-s", "-m"]
+        env["TMPDIR"] = tempfile.gettempdir()
+        # -P (3.11+) keeps even the working directory off sys.path.
+        safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+        python = [sys.executable, "-s", *safe_path, "-m"]
         self.executor = Worker("executor", [*python, "evaluator.executor"], env, cwd)
         self.grader = Worker(
             "grader",
@@ -453,7 +495,31 @@ class Supervisor:
             self.executor.stop()
             self.grader.stop()
             result = processes.sweep(keep=(), container=self.container, sessions=sessions)
+        # A snippet (same uid) may have stopped a worker with SIGSTOP; the next item would
+        # then wait for it until its deadline.
+        for pid in (self.executor.pid, self.grader.pid):
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except OSError:
+                    pass
         return result.killed
+
+    def _clear_scratch(self) -> None:
+        """Remove whatever the snippet left in the container's writable directories.
+
+        Only in container mode, where these directories belong to the evaluator alone: the
+        temporary directory (a size-limited tmpfs) and the shared-memory and message-queue
+        mounts. The executor's working root stays (it is emptied, not removed), and nothing is
+        running that could write there again: the sweep has just killed every stray process.
+        """
+        keep = self.executor.hello.get("temp_root")
+        if not isinstance(keep, str) or os.path.islink(keep) or not os.path.isdir(keep):
+            keep = None  # replaced by the snippet: removed below, and the executor makes anew
+        for directory in (tempfile.gettempdir(), *_SCRATCH_DIRS):
+            _clear_directory(directory, keep=keep)
+        if keep is not None:
+            _clear_directory(keep, keep=None)
 
     def _execute(self, code: str, entrypoint: str | None) -> _Run:
         """Run the code in the executor and interpret its report."""
@@ -549,6 +615,8 @@ class Supervisor:
         run = self._execute(extraction.code, entry if isinstance(entry, str) else None)
         sessions = [run.child_pid] if run.child_pid else []
         killed = self._sweep(sessions)
+        if self.container:
+            self._clear_scratch()
         outputs = {
             "stdout_excerpt": run.stdout[:_EXCERPT],
             "stdout_truncated": run.stdout_truncated or len(run.stdout) > _EXCERPT,
@@ -706,7 +774,13 @@ def serve(stdin: IO[str], stdout: IO[str], *, container: bool) -> int:
     def terminate(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, terminate)
+    if container:
+        # As the container's init, a signal without a handler is never delivered from inside
+        # the container: a snippet (same uid) sending SIGTERM or SIGINT to PID 1 would
+        # otherwise end the whole evaluation. The engine stops the container with SIGKILL.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    else:
+        signal.signal(signal.SIGTERM, terminate)
     try:
         config, items = read_job(stdin)
     except ProtocolError as exc:

@@ -113,15 +113,20 @@ class PqidApp(App[int]):
                                   progress=self.run_progress.apply, control=self.run_control,
                                   env=self.env)
 
+    def report_worker_error(self, worker: Worker[Any]) -> str:
+        """Show why a worker failed (every screen's failed workers come here); the message."""
+        message = describe_error(worker.error) if worker.error else "unknown error"
+        self.notify(message, title=f"{worker.group} failed", severity="error", markup=False,
+                    timeout=12)
+        return message
+
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
         if event.state == WorkerState.ERROR:
-            message = describe_error(worker.error) if worker.error else "unknown error"
+            message = self.report_worker_error(worker)
             if worker.group == "run":
                 self.run_error = message
-            self.notify(message, title=f"{worker.group} failed", severity="error",
-                        markup=False, timeout=12)
         if worker.group == "run" and worker.is_finished and self.run_config is not None:
             result = worker.result if event.state == WorkerState.SUCCESS else None
             self.post_message(RunEnded(str(self.run_config.output_dir),

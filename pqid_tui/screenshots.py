@@ -81,6 +81,10 @@ async def shoot(out: Path, *, replay: bool, base_image: str | None,
             await pilot.press("f5")
             await settle()
         save("replay")
+        if replay:
+            screen.query_one("#replay").scroll_end(animate=False)
+            await settle()
+            save("replay-compare")
     return saved
 
 

@@ -257,3 +257,30 @@ async def test_retry_uncertain_explains_the_extra_paid_draw(tmp_path: Path) -> N
     decisions = [a["decision"] for a in RunDir(out).read_attempts() if a["prompt_id"] == "ghz_02"]
     assert decisions == ["uncertain", "success"]
     assert len(RunDir(out).read_responses()) == 6
+
+
+async def test_grid_shows_hostile_errors_escaped_and_scrolls_to_the_cursor(tmp_path: Path
+                                                                          ) -> None:
+    from engine.events import PromptStateChanged, RunStarted
+    from engine.runs import RunProgress
+    from tests.test_app_support import HOSTILE
+
+    release = write_release(tmp_path / "release", count=6)
+    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
+    progress = RunProgress()
+    ids = tuple(f"p{i:04d}" for i in range(500))
+    progress.apply(RunStarted("d", "local", "m", 500, 500, 0, ids))
+    progress.apply(PromptStateChanged("p0000", "error", 1, HOSTILE))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await app.push_screen(MonitorScreen(tmp_path / "runs" / "x", progress, live=False))
+        await pilot.pause()
+        grid = app.screen.query_one(RunGrid)
+        cells = grid.line_text(0)
+        assert cells[2] == "error" and cells[5].startswith("\\x1b]52;c;")
+        strips = [grid.render_line(y) for y in range(3)]
+        assert all("\x1b" not in seg.text for strip in strips for seg in strip)
+        await pilot.press("end")
+        assert grid.cursor_prompt() == "p0499" and grid.scroll_offset.y > 400
+        await pilot.press("home", "down", "space")
+        assert app.screen.selected_prompts() == ["p0001"]  # type: ignore[attr-defined]

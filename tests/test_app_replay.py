@@ -146,3 +146,28 @@ async def test_engine_service_compares_and_exports_like_the_batch_mode(tmp_path:
     for p in written:
         fmt = {".txt": "text", ".md": "markdown", ".json": "json", ".csv": "csv"}[p.suffix]
         assert p.read_text() == engine_view.render(fmt)
+
+
+class RefusingService(FakeReplayService):
+    def compare(self, run_dir: Path, release_dir: Path, *, allow_partial: bool) -> Any:
+        from engine.errors import CompareRefused
+
+        self.calls.append(("compare", run_dir, allow_partial))
+        raise CompareRefused("the candidate is partial (test 4/6 prompts): \x1b[31m")
+
+
+async def test_an_engine_refusal_is_reported_and_the_app_carries_on(tmp_path: Path) -> None:
+    release = write_release(tmp_path / "release", count=6)
+    run = await make_run(tmp_path / "runs", release, "groq-demo")
+    app = make_app(release, tmp_path / "runs", replay_service=RefusingService())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_replay(app, pilot)
+        await pilot.press("m")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ReplayScreen) and app.is_running
+        messages = [n.message for n in app._notifications]
+        assert any("the candidate is partial" in m and "\\x1b[31m" in m for m in messages)
+        assert "compare_run failed: the candidate is partial" in "\n".join(
+            screen.query_one("#log", Log).lines)
+    assert app.return_value is None and run.exists()

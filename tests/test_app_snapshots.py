@@ -7,6 +7,7 @@ Regenerate after an intended change with `pytest tests/test_app_snapshots.py
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,12 +31,20 @@ ROOT = Path("/tmp/pqid-tui-snapshots")
 
 @pytest.fixture
 def place(request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A fixed directory per test, so the paths on screen are the same on every machine."""
-    path = ROOT / request.node.name
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    """A fixed directory per test, so the paths on screen are the same on every machine.
+
+    Held under a lock: two test runs on one machine must not share it at the same time.
+    """
+    ROOT.mkdir(parents=True, exist_ok=True)
+    with (ROOT.parent / "pqid-tui-snapshots.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = ROOT / request.node.name
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def app_with_runs(place: Path, *, runs: bool = True,

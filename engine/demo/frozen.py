@@ -217,7 +217,6 @@ def check_row(label: str, evaluations: Sequence[Mapping[str, Any]],
     """Raise FreezeError unless the row is complete, scored in the pinned environment, and
     (oracle, empty) scores what it must."""
     import evaluator
-
     from engine.evaluations import INFRA_CATEGORIES
 
     problems: list[str] = []
@@ -343,8 +342,11 @@ def freeze(release_dir: Path, *, labels: Sequence[str] = LABELS,
     unknown = [label for label in labels if label not in LABELS]
     if unknown:
         raise FreezeError(f"unknown row(s) {', '.join(unknown)}; the rows are {', '.join(LABELS)}")
-    say = (lambda text: None) if quiet else (
-        lambda text: print(text, file=sys.stderr, flush=True))
+
+    def say(text: str) -> None:
+        if not quiet:
+            print(text, file=sys.stderr, flush=True)
+
     prompts = demo_build.build_prompts()
     requirements = demo_build.evaluator_requirements()
     scored: dict[str, list[dict[str, Any]]] = {}

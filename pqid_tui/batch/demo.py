@@ -38,6 +38,9 @@ def register(sub: Any) -> None:
                         "holds wheels)")
     p.add_argument("--format", choices=["text", "markdown", "json", "csv"], default="text",
                    help="comparison format on stdout (default text)")
+    p.add_argument("--split", default="test",
+                   help="compare on this split (default test, the publishable denominator; "
+                        "'all' compares every prompt and is marked not publishable)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(handler=run)
 
@@ -87,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     evaluations = out / "evaluation" / "pqid_bench_canonical_evaluations.jsonl"
     say("3/3 compare with the frozen matrix")
     comparison = compare(load_release(release_dir), evaluations,
-                         candidate_manifest=out / "run-manifest.json")
+                         candidate_manifest=out / "run-manifest.json",
+                         split=None if args.split == "all" else args.split)
     print(comparison.render(args.format))
     return 1 if result.summary["categories"].get("not_evaluated") else 0

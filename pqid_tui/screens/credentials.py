@@ -9,19 +9,20 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Static
 
 from engine.credentials import describe_source, keyring_delete, keyring_set
 from engine.errors import PqidError
 from engine.routes import PRESETS
+from pqid_tui.screens.base import AppScreen
+from pqid_tui.textsafe import escape_controls
 from pqid_tui.widgets.plain import plain
 
 CHECK_NOTE = ("k checks the selected route's key with one call to the provider's model list, "
               "after you confirm. Nothing else ever contacts a provider from this screen.")
 
 
-class CredentialsScreen(Screen[None]):
+class CredentialsScreen(AppScreen):
     """Every route with its credential source; keys go only to the OS keyring."""
 
     CSS_PATH = "credentials.tcss"
@@ -76,7 +77,7 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
         table.focus()
         self.action_refresh()
 
-    @work(thread=True, exclusive=True, group="credentials")
+    @work(thread=True, exclusive=True, group="credentials", exit_on_error=False)
     def action_refresh(self) -> None:
         app: Any = self.app
         sources = {name: describe_source(route, env=app.env) for name, route in PRESETS.items()}
@@ -109,12 +110,13 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
 
         self.app.push_screen(SecretScreen(name), store)
 
-    @work(thread=True, group="credentials-write")
+    @work(thread=True, group="credentials-write", exit_on_error=False)
     def store_key(self, name: str, secret: str) -> None:
         try:
             keyring_set(name, secret)
         except PqidError as exc:
-            self.app.call_from_thread(self.notify, str(exc), severity="error", markup=False)
+            self.app.call_from_thread(self.notify, escape_controls(str(exc)), severity="error",
+                                      markup=False)
             return
         self.app.call_from_thread(self.notify, f"Stored the {name} key in the OS keyring.")
         self.app.call_from_thread(self.action_refresh)
@@ -138,12 +140,13 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
             "Runs on this route will then need the environment variable or --api-key-file. "
             "The environment and key files are not touched.", yes="Delete"), answer)
 
-    @work(thread=True, group="credentials-write")
+    @work(thread=True, group="credentials-write", exit_on_error=False)
     def delete_key(self, name: str) -> None:
         try:
             existed = keyring_delete(name)
         except PqidError as exc:
-            self.app.call_from_thread(self.notify, str(exc), severity="error", markup=False)
+            self.app.call_from_thread(self.notify, escape_controls(str(exc)), severity="error",
+                                      markup=False)
             return
         self.app.call_from_thread(
             self.notify, f"Deleted the {name} keyring entry." if existed
@@ -172,7 +175,7 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
             f"{self.sources.get(name, 'its usual source')}. No prompt is sent.",
             yes="Contact the provider"), answer)
 
-    @work(exclusive=True, group="credentials-check")
+    @work(exclusive=True, group="credentials-check", exit_on_error=False)
     async def check_key(self, name: str) -> None:
         import asyncio
 

@@ -10,15 +10,15 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Static
 
 from engine.runs import RunInfo, list_runs
 from pqid_tui.messages import RunEnded
+from pqid_tui.screens.base import AppScreen
 from pqid_tui.widgets.plain import one_line, plain
 
 
-class HomeScreen(Screen[None]):
+class HomeScreen(AppScreen):
     """The start: what release is loaded, what runs exist, where to go next."""
 
     CSS_PATH = "home.tcss"
@@ -99,7 +99,7 @@ new run; **c** manages the keys each route would use.
         text.append_text(plain(str(app.runs_dir)))
         self.query_one("#release", Static).update(text)
 
-    @work(thread=True, exclusive=True, group="home-runs")
+    @work(thread=True, exclusive=True, group="home-runs", exit_on_error=False)
     def refresh_runs(self) -> None:
         app: Any = self.app
         runs = list_runs(app.runs_dir)

@@ -11,12 +11,12 @@ from textual import on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from engine.errors import PqidError
 from engine.runs import RunProgress, resume_config
 from pqid_tui.messages import RunEnded
+from pqid_tui.screens.base import AppScreen
 from pqid_tui.widgets.plain import plain
 from pqid_tui.widgets.run_grid import PromptTable, RetryQueue, RunGrid
 
@@ -34,7 +34,7 @@ def clock_text(seconds: float | None) -> str:
     return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
-class MonitorScreen(Screen[None]):
+class MonitorScreen(AppScreen):
     """One run's prompts, live while it runs, final when it does not."""
 
     CSS_PATH = "monitor.tcss"
@@ -283,7 +283,9 @@ backoff, ended in an error, or are uncertain, each with its last error.
         try:
             config = self.retry_config(errors=errors, uncertain=uncertain)
         except PqidError as exc:
-            self.notify(str(exc), severity="error", markup=False)
+            from pqid_tui.app import describe_error
+
+            self.notify(describe_error(exc), severity="error", markup=False)
             return
         contacts = config.provider != "oracle"
         if not (contacts or uncertain):

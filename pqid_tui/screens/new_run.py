@@ -12,7 +12,6 @@ from textual import on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Select, Static
 
 from engine.config import DEFAULT_CONCURRENCY, LiveRunConfig, make_config
@@ -20,6 +19,7 @@ from engine.errors import ConfigError, PqidError
 from engine.plan import Plan, build_plan
 from engine.routes import PRESETS, check_extra_body, resolve_route
 from engine.runs import RunInfo, read_run_info
+from pqid_tui.screens.base import AppScreen
 from pqid_tui.screens.monitor import UNCERTAIN_EXPLANATION
 from pqid_tui.widgets.plain import plain
 
@@ -58,7 +58,7 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:60] or "run"
 
 
-class NewRunScreen(Screen[None]):
+class NewRunScreen(AppScreen):
     """Plan a run field by field; start it once the plan is valid and acknowledged."""
 
     CSS_PATH = "new_run.tcss"
@@ -279,7 +279,10 @@ prompts that were in flight when a run died (a possible extra paid draw).
         for name in (*INPUT_FIELDS, "provider", "split", "max_output_field", ""):
             self._set_text(f"err-{name or 'general'}", errors.get(name, ""))
         self._show_acknowledgement()
-        self.query_one("#plan", Static).update(self._plan_text())
+        plan_text = self._plan_text()
+        if self._shown.get("plan") != plan_text.plain:
+            self._shown["plan"] = plan_text.plain
+            self.query_one("#plan", Static).update(plan_text)
         self.query_one("#start", Button).disabled = not self.can_start()
 
     def _set_text(self, widget_id: str, text: str) -> None:

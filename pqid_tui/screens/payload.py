@@ -13,11 +13,11 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from engine.errors import PqidError
 from engine.runs import PromptDetail, prompt_detail
+from pqid_tui.screens.base import AppScreen
 from pqid_tui.textsafe import escape_controls
 from pqid_tui.widgets.plain import one_line, plain
 
@@ -28,7 +28,7 @@ def highlighted(code: str, lexer: str, theme: str) -> Syntax:
                   background_color="default")
 
 
-class PayloadScreen(Screen[None]):
+class PayloadScreen(AppScreen):
     """Everything the run directory holds about one prompt, untrusted parts shown escaped."""
 
     CSS_PATH = "payload.tcss"
@@ -89,7 +89,7 @@ extracted code to the clipboard (where the terminal supports OSC 52).
         self.query_one("#summary", Static).update(plain(f"Loading {self.prompt_id}…"))
         self.load()
 
-    @work(thread=True, exclusive=True, group="payload")
+    @work(thread=True, exclusive=True, group="payload", exit_on_error=False)
     def load(self) -> None:
         try:
             detail, error = prompt_detail(self.run_dir, self.prompt_id), None

@@ -11,7 +11,6 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import (
     Button,
     Checkbox,
@@ -35,6 +34,7 @@ from engine.events import (
     ReplayFinished,
 )
 from engine.runs import is_evaluated, list_runs
+from pqid_tui.screens.base import AppScreen
 from pqid_tui.screens.replay_service import (
     CompareRow,
     Comparison,
@@ -58,7 +58,7 @@ def sort_value(row: CompareRow, key: str, metrics: tuple[str, ...]) -> Any:
             "kind": row.kind}.get(key, row.label)
 
 
-class ReplayScreen(Screen[None]):
+class ReplayScreen(AppScreen):
     """Evaluate a run in Docker and compare it with the frozen matrix on the same prompts."""
 
     CSS_PATH = "replay.tcss"
@@ -147,7 +147,7 @@ column header to sort. **x** exports the comparison to the same files as the bat
         app: Any = self.app
         runs = [info for info in list_runs(app.runs_dir) if not info.problem]
         select = self.query_one("#run", Select)
-        select.set_options([(info.name, str(info.path)) for info in runs])
+        select.set_options([(plain(info.name), str(info.path)) for info in runs])
         if self.initial_run is not None and any(info.path == self.initial_run for info in runs):
             select.value = str(self.initial_run)
         elif runs:
@@ -180,7 +180,7 @@ column header to sort. **x** exports the comparison to the same files as the bat
         return app.replay_service
 
     # -- Docker ----------------------------------------------------------------------------------
-    @work(thread=True, exclusive=True, group="replay-status")
+    @work(thread=True, exclusive=True, group="replay-status", exit_on_error=False)
     def action_docker_status(self) -> None:
         self.post_message(self.StatusReady(self.service.docker_status(self.options())))
 
@@ -207,7 +207,7 @@ column header to sort. **x** exports the comparison to the same files as the bat
         log.write_line("building the evaluator image…")
         self.build_image(self.options())
 
-    @work(thread=True, exclusive=True, group="replay-docker")
+    @work(thread=True, exclusive=True, group="replay-docker", exit_on_error=False)
     def build_image(self, options: ImageOptions) -> str:
         tag = str(self.service.build_image(options, self._post_event))
         self.call_later_from_thread(self.action_docker_status)
@@ -251,7 +251,7 @@ column header to sort. **x** exports the comparison to the same files as the bat
         self.query_one("#log", Log).write_line(f"replaying {escape_controls(run_dir.name)}…")
         self.replay_run(run_dir, app.release_dir, self.options(), overwrite)
 
-    @work(thread=True, exclusive=True, group="replay-docker")
+    @work(thread=True, exclusive=True, group="replay-docker", exit_on_error=False)
     def replay_run(self, run_dir: Path, release_dir: Path, options: ImageOptions,
                    overwrite: bool) -> dict[str, int]:
         acknowledged = self.app.call_from_thread(
@@ -285,14 +285,13 @@ column header to sort. **x** exports the comparison to the same files as the bat
 
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
+        # The failure itself is reported by AppScreen; here it also goes to the log.
         worker = event.worker
         if event.state == WorkerState.ERROR and worker.error is not None:
             from pqid_tui.app import describe_error
 
             message = describe_error(worker.error)
-            self.query_one("#log", Log).write_line(f"{worker.group} failed: {message}")
-            self.notify(message, title=f"{worker.name or worker.group} failed",
-                        severity="error", markup=False, timeout=12)
+            self.query_one("#log", Log).write_line(f"{worker.name} failed: {message}")
         elif event.state == WorkerState.SUCCESS and worker.name == "replay_run":
             self.load_taxonomy()
             self.action_compare()
@@ -306,12 +305,12 @@ column header to sort. **x** exports the comparison to the same files as the bat
         self.compare_run(self.run_dir, app.release_dir,
                          self.query_one("#allow_partial", Checkbox).value)
 
-    @work(thread=True, exclusive=True, group="replay-compare")
+    @work(thread=True, exclusive=True, group="replay-compare", exit_on_error=False)
     def compare_run(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> None:
         comparison = self.service.compare(run_dir, release_dir, allow_partial=allow_partial)
         self.post_message(self.ComparisonReady(comparison, self.service.taxonomy(run_dir)))
 
-    @work(thread=True, exclusive=True, group="replay-taxonomy")
+    @work(thread=True, exclusive=True, group="replay-taxonomy", exit_on_error=False)
     def load_taxonomy(self) -> None:
         run_dir = self.run_dir
         if run_dir is not None:
@@ -393,7 +392,7 @@ column header to sort. **x** exports the comparison to the same files as the bat
         self.export_files(self.run_dir, app.release_dir,
                           self.query_one("#allow_partial", Checkbox).value)
 
-    @work(thread=True, exclusive=True, group="replay-export")
+    @work(thread=True, exclusive=True, group="replay-export", exit_on_error=False)
     def export_files(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> None:
         paths = self.service.export(run_dir, release_dir, allow_partial=allow_partial)
         names = ", ".join(escape_controls(p.name) for p in paths)
