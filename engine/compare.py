@@ -264,6 +264,10 @@ def _table_rows(data: Mapping[str, Any], scope: str) -> list[list[str]]:
     return out
 
 
+def _p_value(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.3g}"
+
+
 def _paired_rows(data: Mapping[str, Any]) -> list[list[str]]:
     out = []
     for row in data["rows"]:
@@ -271,7 +275,7 @@ def _paired_rows(data: Mapping[str, Any]) -> list[list[str]]:
         for key, _label, _field in METRICS:
             p = row["paired"][key]
             cells.append(f"+{p['candidate_only']} / -{p['row_only']} "
-                         f"(p={p['mcnemar_exact_p']:.3g})")
+                         f"({_p_value(p['mcnemar_exact_p'])})")
         out.append(cells)
     return out
 
