@@ -66,7 +66,11 @@ class LiveRunConfig(BaseModel):
     @field_validator("extra_body")
     @classmethod
     def _extra_body_has_no_secret(cls, value: dict[str, Any]) -> dict[str, Any]:
-        check_extra_body(value)
+        try:
+            check_extra_body(value)
+        except ConfigError as exc:
+            # A ValueError lets pydantic report this beside every other field's error.
+            raise ValueError(str(exc)) from None
         reserved = {"model", "messages"} & set(value)
         if reserved:
             raise ValueError(f"extra body may not set {', '.join(sorted(reserved))}")

@@ -823,16 +823,18 @@ class DockerEvaluatorRunner:
     def remove_leftovers(self) -> int:
         """Remove containers of earlier replays that died without cleaning up."""
         removed = 0
-        for container in self.client.containers.list(all=True,
-                                                     filters={"label": REPLAY_LABEL}):
-            labels = container.labels or {}
+        # The low-level listing: `containers.list` fetches each container again by ID and
+        # raises NotFound when another replay removes its own container in between.
+        for container in self.client.api.containers(all=True,
+                                                    filters={"label": REPLAY_LABEL}):
+            labels = container.get("Labels") or {}
             if labels.get(RUN_LABEL) == self.run_id:
                 continue
-            running = container.status in ("running", "restarting", "paused")
+            running = container.get("State") in ("running", "restarting", "paused")
             if running and _owner_alive(labels.get(OWNER_LABEL, "")):
                 continue  # another replay, still alive, owns it
             with contextlib.suppress(Exception):
-                container.remove(force=True)
+                self.client.api.remove_container(container["Id"], force=True)
                 removed += 1
         self.removed_leftovers += removed
         return removed
