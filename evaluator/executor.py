@@ -254,6 +254,9 @@ def _child(
         _set_limit(resource.RLIMIT_FSIZE, limits.file_size_mb << 20)
         _set_limit(resource.RLIMIT_NOFILE, limits.open_files)
         _set_limit(resource.RLIMIT_NPROC, nproc)
+        # Same uid as the evaluator: without this, prlimit(2) could lower the supervisor's and
+        # the executor's limits and break every later snippet.
+        status["confined"] = processes.confine_to_self()
 
         from qiskit import QuantumCircuit, qpy
 

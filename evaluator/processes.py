@@ -5,7 +5,9 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import platform
 import signal
+import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ __all__ = [
     "ProcInfo",
     "SweepResult",
     "become_subreaper",
+    "confine_to_self",
     "is_dumpable",
     "make_undumpable",
     "reap_children",
@@ -24,6 +27,19 @@ __all__ = [
 _PR_GET_DUMPABLE = 3
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+
+# Syscalls that act on another process named by a pid argument, and that a process may use
+# on any process of its own uid: lowering its rlimits (prlimit64), renicing it (setpriority),
+# or changing its scheduling (sched_setparam, sched_setscheduler, sched_setaffinity,
+# sched_setattr, ioprio_set). Per architecture: (AUDIT_ARCH, {syscall number: pid argument}).
+_FOREIGN_PROCESS_SYSCALLS: dict[str, tuple[int, dict[int, int]]] = {
+    "x86_64": (0xC000003E, {302: 0, 141: 1, 142: 0, 144: 0, 203: 0, 314: 0, 251: 1}),
+    "aarch64": (0xC00000B7, {261: 0, 140: 1, 118: 0, 119: 0, 122: 0, 274: 0, 30: 1}),
+}
+_X32_SYSCALL_BIT = 0x40000000
 
 
 def _prctl(option: int, arg: int = 0) -> int:
@@ -45,6 +61,69 @@ def _prctl(option: int, arg: int = 0) -> int:
 def make_undumpable() -> bool:
     """Stop same-uid processes from reading this process's memory, environment and fds."""
     return _prctl(_PR_SET_DUMPABLE, 0) == 0
+
+
+def _bpf(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    """One classic BPF instruction (struct sock_filter)."""
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def confine_to_self() -> bool:
+    """Forbid, by a seccomp filter, changing the limits or scheduling of another process.
+
+    A snippet runs as the same uid as the evaluator's own processes, so without this it could
+    lower their rlimits with prlimit(2) (for example RLIMIT_NOFILE of PID 1 and the executor,
+    after which no later snippet can even be started) or renice them. The filter lets these
+    calls through only when the pid argument is 0 or this process's pid, fails them with
+    EPERM otherwise, and fails every syscall of a foreign ABI (i386, x32) that could bypass
+    it. It is inherited by every child and survives exec. Returns whether it is in place.
+    """
+    known = _FOREIGN_PROCESS_SYSCALLS.get(platform.machine())
+    if known is None:
+        return False
+    arch, syscalls = known
+    ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM
+    program = [
+        _bpf(ld_w_abs, 4),  # seccomp_data.arch
+        _bpf(jeq_k, arch, jt=1),
+        _bpf(ret_k, deny),
+        _bpf(ld_w_abs, 0),  # seccomp_data.nr
+        _bpf(jge_k, _X32_SYSCALL_BIT, jf=1),
+        _bpf(ret_k, deny),
+    ]
+    own = os.getpid()
+    for number, argument in syscalls.items():
+        program += [
+            _bpf(jeq_k, number, jf=5),
+            _bpf(ld_w_abs, 16 + 8 * argument),  # low 32 bits of seccomp_data.args[argument]
+            _bpf(jeq_k, 0, jt=1),
+            _bpf(jeq_k, own, jf=1),
+            _bpf(ret_k, allow),
+            _bpf(ret_k, deny),
+        ]
+    program.append(_bpf(ret_k, allow))
+    code = b"".join(program)
+    buffer = ctypes.create_string_buffer(code, len(code))
+
+    class _Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = _Program(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+    if _prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:  # required to install a filter unprivileged
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        result: int = libc.prctl(
+            _PR_SET_SECCOMP,
+            ctypes.c_ulong(_SECCOMP_MODE_FILTER),
+            ctypes.cast(ctypes.pointer(fprog), ctypes.c_void_p),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+        )
+    except (OSError, AttributeError):
+        return False
+    return result == 0
 
 
 def is_dumpable() -> bool | None:
