@@ -8,12 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError
-
-
-def default_release_dir() -> str:
-    from engine.demo import DEMO_RELEASE_DIR
-
-    return str(DEMO_RELEASE_DIR)
+from pqid_tui.batch import default_release_dir
 
 
 def register(sub: Any) -> None:

@@ -16,13 +16,8 @@ from engine.events import (
     ImageReady,
     ReplayFinished,
 )
+from pqid_tui.batch import default_release_dir
 from pqid_tui.textsafe import escape_controls
-
-
-def default_release_dir() -> str:
-    from engine.demo import DEMO_RELEASE_DIR
-
-    return str(DEMO_RELEASE_DIR)
 
 
 def register(sub: Any) -> None:

@@ -12,13 +12,8 @@ from typing import Any
 from engine.config import DEFAULT_CONCURRENCY, make_config
 from engine.errors import ConfigError
 from engine.events import BatchPolled, Event, PromptStateChanged, RunFinished, RunStarted
+from pqid_tui.batch import default_release_dir
 from pqid_tui.textsafe import escape_controls
-
-
-def default_release_dir() -> str:
-    from engine.demo import DEMO_RELEASE_DIR
-
-    return str(DEMO_RELEASE_DIR)
 
 
 def add_selection_args(p: argparse.ArgumentParser) -> None:
