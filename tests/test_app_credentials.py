@@ -124,3 +124,58 @@ async def test_checking_a_key_contacts_the_provider_only_after_confirming(
         result = str(screen.query_one("#check-result", Static).render())
         assert "key accepted (env:GROQ_API_KEY)" in result and "2 models listed" in result
         assert "gsk_from_env" not in app.export_screenshot()
+
+
+async def test_app_stores_a_canary_in_the_real_keyring_and_nowhere_else(
+        tmp_path: Path, real_keyring: dict[str, str]) -> None:
+    """Set through the app into a real Secret Service, used by a run from the keyring: the key
+    is in no screenshot, no file under the runs directory, and no output."""
+    import json
+    import os
+
+    from engine.release import load_release
+    from tests.conftest import cli
+    from tests.faultserver import FaultScript, FaultServer
+
+    canary = "sk-canary-app-5c1d9e2f7a3b4c6d8e0f1a2b"
+    release = write_release(tmp_path / "release", count=3)
+    runs = tmp_path / "runs"
+    app = make_app(release, runs, env={}, replay_service=FakeReplayService())
+    shots = []
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("c")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CredentialsScreen)
+        screen.query_one("#routes", DataTable).move_cursor(
+            row=screen.query_one("#routes", DataTable).get_row_index("openrouter"))
+        await pilot.press("s")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, SecretScreen)
+        dialog.query_one("#secret", Input).value = canary
+        shots.append(app.export_screenshot())
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        shots.append(app.export_screenshot())
+        assert source_of(screen, "openrouter") == "keyring"
+    env = {k: v for k, v in os.environ.items() if k != "OPENROUTER_API_KEY"}
+    env.update(real_keyring)
+    script = FaultScript.for_release(load_release(release), {"ghz_00": ["401-echo"]})
+    try:
+        with FaultServer(script) as server:
+            result = cli("--batch", "run-model", "--release-dir", str(release), "--output-dir",
+                         str(runs / "r1"), "--provider", "openrouter", "--base-url",
+                         server.base_url, "--model", "m", "--max-retries", "0",
+                         "--acknowledge-third-party-prompt-export", env=env)
+            seen = list(server.seen)
+    finally:
+        cli("--batch", "credentials", "delete", "openrouter", env=env)
+    assert all(s.headers["authorization"] == f"Bearer {canary}" for s in seen)
+    assert json.loads((runs / "r1" / "run-manifest.json").read_text())[
+        "credential_source"] == "keyring"
+    leaks = [p for p in runs.rglob("*") if p.is_file() and canary.encode() in p.read_bytes()]
+    assert leaks == []
+    assert all(canary not in text for text in [*shots, result.stdout, result.stderr])
