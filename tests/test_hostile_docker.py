@@ -32,6 +32,7 @@ may find either, and neither may appear in any output.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -40,7 +41,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,16 @@ import pytest
 
 import tests.test_replay_docker as replay_docker
 from engine.demo import DEMO_RELEASE_DIR
-from engine.docker_runner import OWNER_LABEL, REPLAY_LABEL, RUN_LABEL, DockerEvaluatorRunner
+from engine.docker_runner import (
+    CONTAINER_USER,
+    OWNER_LABEL,
+    REPLAY_LABEL,
+    RUN_LABEL,
+    DockerEvaluatorRunner,
+    EvaluationItem,
+    EvaluatorConfig,
+    _owner,
+)
 from engine.replay import EVALUATIONS_FILE, replay
 from tests.conftest import ROOT
 from tests.helpers import write_release
@@ -1119,20 +1129,16 @@ def _containers_of(client: Any, key: str, value: str) -> list[dict[str, Any]]:
     return list(found)
 
 
-@pytest.fixture(scope="module")
-def battery(docker_client: Any, image: str, tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[Battery]:
+def run_battery(client: Any, runner: DockerEvaluatorRunner, root: Path) -> Battery:
+    """Replay every attack, probe and control in one container; see what came back."""
     global GATEWAY
-    GATEWAY = _gateway(docker_client)
-    root = tmp_path_factory.mktemp("hostile")
+    GATEWAY = _gateway(client)
     controls = _control_ids()
-    ordered: list[tuple[str, str | None]] = []  # (prompt_id, content or None for a control)
     hostile = [*ATTACKS[:32], PROBES[0], *ATTACKS[32:], PROBES[1]]
-    for i, attack in enumerate(hostile):
-        ordered.append((attack.prompt_id, None))
-        ordered.append((controls[i % len(controls)], "control"))
     # Execution follows the release's order: the release lists attack, control, attack, ...
-    release_ids = [pid for pid, _ in ordered]
+    release_ids: list[str] = []
+    for i, attack in enumerate(hostile):
+        release_ids += [attack.prompt_id, controls[i % len(controls)]]
     assert len(set(release_ids)) == len(release_ids)
     next_of = {release_ids[i]: release_ids[i + 1] for i in range(len(release_ids) - 1)}
     lines = []
@@ -1146,15 +1152,9 @@ def battery(docker_client: Any, image: str, tmp_path_factory: pytest.TempPathFac
     responses = root / "responses.jsonl"
     with responses.open("w") as fh:
         for pid in release_ids:
-            if pid in by_id:
-                code = _snippet(by_id[pid], next_of.get(pid, ""))
-            else:
-                code = reference(pid)
+            code = _snippet(by_id[pid], next_of.get(pid, "")) if pid in by_id else reference(pid)
             fh.write(json.dumps({"prompt_id": pid, "content": fenced(code),
                                  "finish_reason": "stop"}) + "\n")
-    runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=replay_docker._wheelhouse(),
-                                   client=docker_client)
-    runner.ensure_image(build=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PQID_CANARY_API_KEY", CANARY)
         mp.setenv("OPENAI_API_KEY", CANARY)
@@ -1162,10 +1162,20 @@ def battery(docker_client: Any, image: str, tmp_path_factory: pytest.TempPathFac
         result = replay(release, responses, root / "out", acknowledge_code_execution=True,
                         runner=runner, timeout_seconds=TIMEOUT_SECONDS)
         elapsed = time.monotonic() - started
-    leftovers = _containers_of(docker_client, RUN_LABEL, runner.run_id)
-    yield Battery({e["prompt_id"]: e for e in result.evaluations}, result.summary,
-                  root / "out", elapsed, [pid for pid in release_ids if pid not in by_id],
-                  next_of, leftovers)
+    leftovers = (_containers_of(client, RUN_LABEL, runner.run_id)
+                 + _containers_of(client, OWNER_LABEL, _owner()))
+    return Battery({e["prompt_id"]: e for e in result.evaluations}, result.summary,
+                   root / "out", elapsed, [pid for pid in release_ids if pid not in by_id],
+                   next_of, leftovers)
+
+
+@pytest.fixture(scope="module")
+def battery(docker_client: Any, image: str, tmp_path_factory: pytest.TempPathFactory
+            ) -> Battery:
+    runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=replay_docker._wheelhouse(),
+                                   client=docker_client)
+    runner.ensure_image(build=True)
+    return run_battery(docker_client, runner, tmp_path_factory.mktemp("hostile"))
 
 
 def _check(attack: Attack, battery: Battery) -> list[str]:
@@ -1216,8 +1226,9 @@ def test_the_battery_figure(battery: Battery) -> None:
     all_ok = "all ok" if len(controls_ok) == len(battery.controls) else (
         f"{len(controls_ok)} ok")
     print(f"hostile: {len(ATTACKS)} attacks, {held} contained, "
-          f"{len(battery.controls)} control prompts {all_ok} "
-          f"(one container, {battery.elapsed:.0f} s)")
+          f"{len(battery.controls)} control prompts {all_ok}")
+    print(f"  (one replay, {battery.summary['replay']['containers']} container(s), "
+          f"{battery.elapsed:.0f} s)")
     assert held == len(ATTACKS), {k: v for k, v in outcomes.items() if v}
     assert len(controls_ok) == len(battery.controls)
 
@@ -1336,3 +1347,75 @@ def test_a_killed_replay_leaves_no_container_and_reruns_the_same(
             if (c.get("Labels") or {}).get(OWNER_LABEL) == owner] == []
     print(f"re-run after the kill: same {len(expected)} categories "
           f"({sorted(set(expected.values()))}); the leftover container was removed")
+
+
+# -- two replays at once -------------------------------------------------------------------------
+
+HOLD_PROCESSES = """
+import os, time
+held = 0
+for _ in range(64):
+    try:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        held += 1
+    except OSError:
+        break
+print("HELD", held, flush=True)
+time.sleep(60)
+"""
+
+
+def _host_tasks_of(uid: int) -> int:
+    """Tasks (threads included) of a uid on this machine, every container included."""
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{name}/status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("Uid", "").split()[:1] == [str(uid)]:
+            total += int(fields.get("Threads", "1").split()[0])
+    return total
+
+
+@pytest.mark.xfail(
+    reason="not contained across replays: every evaluator container runs as uid 10001 and "
+    "RLIMIT_NPROC counts that uid's tasks on the whole machine, while the executor sizes each "
+    "snippet's budget from the tasks it sees in its own container; a snippet of one replay that "
+    "holds its budget leaves a concurrent replay's snippets unable to start one thread, and "
+    "Qiskit's transpile then panics ('The global thread pool has not been initialized'). "
+    "Needs a distinct uid per container (engine/docker_runner.CONTAINER_USER is asserted as "
+    "10001 by test_replay_docker) or limits from the container's pids cgroup alone.",
+    strict=False)
+def test_a_process_hog_in_one_replay_does_not_starve_a_concurrent_one(
+        docker_client: Any, image: str) -> None:
+    import threading
+
+    meta = dict(DEMO["ghz_05"]["target_metadata"])
+    uid = int(CONTAINER_USER.split(":")[0])
+    runners = [DockerEvaluatorRunner(base_image=BASE_IMAGE,
+                                     wheelhouse=replay_docker._wheelhouse(), client=docker_client)
+               for _ in range(2)]
+    for runner in runners:
+        runner.ensure_image(build=True)
+    before = _host_tasks_of(uid)
+    hog = threading.Thread(target=runners[0].run, args=(
+        [EvaluationItem("hold", None, HOLD_PROCESSES, meta)],
+        EvaluatorConfig(timeout_seconds=25)), daemon=True)
+    hog.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _host_tasks_of(uid) < before + 12:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    code = reference("ghz_05") + "\nfrom qiskit import transpile\n" + \
+        "transpile(build_circuit(), basis_gates=['u', 'cx'], optimization_level=1)\n"
+    outcome = runners[1].run([EvaluationItem("ghz_05", None, code, meta)],
+                             EvaluatorConfig(timeout_seconds=20))
+    hog.join(timeout=90)
+    evaluation = outcome.evaluations["ghz_05"]
+    assert evaluation["category"] == "ok", evaluation.get("error")

@@ -44,3 +44,12 @@ def test_import_linter_contracts_hold() -> None:
     lint = Path(sys.executable).parent / "lint-imports"
     result = subprocess.run([str(lint), "--no-cache"], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_and_strict_mypy_are_clean() -> None:
+    bin_dir = Path(sys.executable).parent
+    ruff = subprocess.run([str(bin_dir / "ruff"), "check", "."], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert ruff.returncode == 0, ruff.stdout[-3000:]
+    mypy = subprocess.run([str(bin_dir / "mypy")], capture_output=True, text=True, cwd=ROOT)
+    assert mypy.returncode == 0, mypy.stdout[-3000:]
