@@ -33,7 +33,6 @@ from typing import Any
 
 from engine.demo import DEMO_RELEASE_DIR
 from engine.docker_runner import (
-    CONTAINER_USER,
     OWNER_LABEL,
     REPLAY_LABEL,
     RUN_LABEL,
@@ -45,6 +44,7 @@ from engine.docker_runner import (
     _owner,
     _raw_socket,
     _split_lines,
+    container_user,
 )
 from engine.errors import PqidError
 from engine.release import load_release
@@ -182,7 +182,7 @@ def bench_fresh(client: Any, image: str, items: Sequence[EvaluationItem],
         ulimits=[Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile)])
     created = client.api.create_container(
         image, entrypoint=[python, "-c", _LOOP], command=[_ONE], stdin_open=True,
-        detach=False, tty=False, user=CONTAINER_USER, environment={},
+        detach=False, tty=False, user=container_user(), environment={},
         host_config=host_config,
         labels={REPLAY_LABEL: "1", RUN_LABEL: "bench-fresh", OWNER_LABEL: _owner()})
     container = client.containers.get(created["Id"])

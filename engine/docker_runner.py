@@ -22,6 +22,7 @@ import io
 import json
 import os
 import re
+import secrets
 import socket
 import subprocess
 import sys
@@ -44,7 +45,16 @@ REPLAY_LABEL = "pqid-tui.replay"
 RUN_LABEL = "pqid-tui.run"
 OWNER_LABEL = "pqid-tui.owner"
 INPUTS_LABEL = "pqid-tui.evaluator-inputs"
-CONTAINER_USER = "10001:10001"
+CONTAINER_USER = "10001:10001"  # the image's default user
+# Each container runs as a uid of its own: RLIMIT_NPROC counts a uid's tasks across the whole
+# machine, so two replays sharing one uid could starve each other's snippets of processes.
+CONTAINER_UID_BASE, CONTAINER_UID_SPAN = 300_000, 600_000
+
+
+def container_user() -> str:
+    """A fresh non-root uid:gid for one evaluator container (no host user has one this high)."""
+    uid = CONTAINER_UID_BASE + secrets.randbelow(CONTAINER_UID_SPAN)
+    return f"{uid}:{uid}"
 IMAGE_INPUTS_FORMAT = "pqid-evaluator-image/1"
 
 _STDERR_TAIL = 16 * 1024
@@ -630,7 +640,7 @@ class _ContainerSession:
         # The low-level call with detach=False sets StdinOnce: the container's stdin closes
         # when ours does, which is how the evaluator learns that the items are all there.
         created = api.create_container(
-            image, stdin_open=True, detach=False, tty=False, user=CONTAINER_USER,
+            image, stdin_open=True, detach=False, tty=False, user=container_user(),
             hostname="evaluator", environment={}, host_config=host_config,
             labels={REPLAY_LABEL: "1", RUN_LABEL: run_id, OWNER_LABEL: _owner()})
         self.container = client.containers.get(created["Id"])

@@ -51,7 +51,6 @@ import pytest
 import tests.test_replay_docker as replay_docker
 from engine.demo import DEMO_RELEASE_DIR
 from engine.docker_runner import (
-    CONTAINER_USER,
     OWNER_LABEL,
     REPLAY_LABEL,
     RUN_LABEL,
@@ -1383,21 +1382,18 @@ def _host_tasks_of(uid: int) -> int:
     return total
 
 
-@pytest.mark.xfail(
-    reason="not contained across replays: every evaluator container runs as uid 10001 and "
-    "RLIMIT_NPROC counts that uid's tasks on the whole machine, while the executor sizes each "
-    "snippet's budget from the tasks it sees in its own container; a snippet of one replay that "
-    "holds its budget leaves a concurrent replay's snippets unable to start one thread, and "
-    "Qiskit's transpile then panics ('The global thread pool has not been initialized'). "
-    "Needs a distinct uid per container (engine/docker_runner.CONTAINER_USER is asserted as "
-    "10001 by test_replay_docker) or limits from the container's pids cgroup alone.",
-    strict=False)
 def test_a_process_hog_in_one_replay_does_not_starve_a_concurrent_one(
-        docker_client: Any, image: str) -> None:
+        docker_client: Any, image: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RLIMIT_NPROC counts a uid's tasks machine-wide: each container has its own uid, so a
+    snippet holding its whole process budget in one replay leaves another replay alone."""
     import threading
 
+    from engine import docker_runner
+
+    users = iter(["400001:400001", "400002:400002"])
+    monkeypatch.setattr(docker_runner, "container_user", lambda: next(users))
     meta = dict(DEMO["ghz_05"]["target_metadata"])
-    uid = int(CONTAINER_USER.split(":")[0])
+    uid = 400001
     runners = [DockerEvaluatorRunner(base_image=BASE_IMAGE,
                                      wheelhouse=replay_docker._wheelhouse(), client=docker_client)
                for _ in range(2)]

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from engine.docker_runner import (
+    CONTAINER_UID_BASE,
     CONTAINER_USER,
     OWNER_LABEL,
     REPLAY_LABEL,
@@ -157,7 +158,7 @@ def test_replay_in_the_container_is_contained_and_cleaned_up(
 
     probe = result.evaluations[0]
     facts = json.loads(probe["stdout_excerpt"].split("FACTS", 1)[1].splitlines()[0])
-    assert facts["uid"] == 10001 and facts["gid"] == 10001
+    assert facts["uid"] >= CONTAINER_UID_BASE and facts["gid"] == facts["uid"]
     assert "connected" not in facts["net"] and facts["dns"] != "resolved"
     assert "written" not in facts["writes"].values()
     assert facts["root"] and facts["root"][0].split(",")[0] == "ro"
@@ -171,7 +172,8 @@ def test_replay_in_the_container_is_contained_and_cleaned_up(
     assert host["Memory"] == host["MemorySwap"] > 0 and host["PidsLimit"] > 0
     assert host["NanoCpus"] > 0 and "/tmp" in host["Tmpfs"]
     assert not host.get("Binds") and not hosts[0]["Mounts"]
-    assert hosts[0]["Config"]["User"] == CONTAINER_USER
+    uid, gid = hosts[0]["Config"]["User"].split(":")
+    assert int(uid) >= CONTAINER_UID_BASE and uid == gid
     assert replay_containers(docker_client) == []
 
 
