@@ -36,6 +36,7 @@ class PromptStateChanged:
     attempt: int = 0
     error: str | None = None
     next_attempt_at: float | None = None  # unix time of the next attempt when retrying
+    note: str | None = None  # on success: "truncated", "empty", "redirected to M", joined
 
 
 @dataclass(frozen=True, slots=True)

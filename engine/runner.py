@@ -433,7 +433,8 @@ class LiveRun:
                                    "finish_reason": reply.finish_reason})
         self._emit(AttemptFinished(req.prompt_id, attempt, status, info["latency_ms"], None,
                                    "success", reply.usage))
-        self._emit(PromptStateChanged(req.prompt_id, "success", attempt))
+        self._emit(PromptStateChanged(req.prompt_id, "success", attempt,
+                                      note=response_note(response)))
 
     # -- summary -------------------------------------------------------------------------------
     def write_summary(self) -> dict[str, Any]:
@@ -454,6 +455,20 @@ class LiveRun:
         with contextlib.suppress(OSError):
             self.run_dir.write_summary(summary)
         return summary
+
+
+def response_note(response: dict[str, Any]) -> str | None:
+    """What a success should not hide: truncation, emptiness, another model answering."""
+    notes = []
+    if response.get("finish_reason") == "length":
+        notes.append("truncated (length)")
+    elif response.get("finish_reason") in ("content_filter", "refusal"):
+        notes.append(str(response["finish_reason"]))
+    if not (response.get("content") or "").strip():
+        notes.append("empty")
+    if response.get("model_redirected"):
+        notes.append(f"redirected to {response.get('returned_model')}")
+    return ", ".join(notes) or None
 
 
 def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,

@@ -30,7 +30,7 @@ from engine.events import (
 from engine.plan import PlannedRequest
 from engine.records import RunDir
 from engine.routes import PRESETS
-from engine.runner import LiveRun, RunControl, RunResult
+from engine.runner import LiveRun, RunControl, RunResult, response_note
 from engine.storage import canonical_json, sha256_hex
 
 EVALUATIONS_FILE = "evaluation/pqid_bench_canonical_evaluations.jsonl"
@@ -300,6 +300,7 @@ class PromptRow:
     attempt: int = 0
     error: str | None = None
     next_attempt_at: float | None = None
+    note: str | None = None  # a success's flags: truncated, empty, redirected
 
 
 def in_retry_queue(row: PromptRow) -> bool:
@@ -345,8 +346,10 @@ class RunProgress:
         return row
 
     def set_state(self, prompt_id: str, state: str, attempt: int = 0,
-                  error: str | None = None, next_attempt_at: float | None = None) -> None:
+                  error: str | None = None, next_attempt_at: float | None = None,
+                  note: str | None = None) -> None:
         row = self._row(prompt_id)
+        row.note = note if state == "success" else None
         if row.state != state:
             self.counts[row.state] -= 1
             self.counts[state] += 1
@@ -361,7 +364,7 @@ class RunProgress:
         """The progress callback: fold one engine event in."""
         if isinstance(event, PromptStateChanged):
             self.set_state(event.prompt_id, event.state, event.attempt, event.error,
-                           event.next_attempt_at)
+                           event.next_attempt_at, event.note)
         elif isinstance(event, AttemptFinished):
             self.requests += 1
             total = (event.usage or {}).get("total_tokens")
@@ -429,11 +432,13 @@ class RunProgress:
         route = manifest.get("route") or {}
         progress = cls(clock=clock, run_dir=str(run.path), provider=route.get("provider"),
                        model=manifest.get("model"), selected=len(ids))
+        responses = {r["prompt_id"]: r for r in run.read_responses()}
         for pid in ids:
             s = rec.statuses[pid]
-            progress.set_state(pid, s.state, s.attempts, s.last_error)
+            note = response_note(responses[pid]) if pid in responses else None
+            progress.set_state(pid, s.state, s.attempts, s.last_error, note=note)
         progress.requests = len(run.read_attempts())
-        for r in run.read_responses():
+        for r in responses.values():
             total = (r.get("usage") or {}).get("total_tokens")
             if isinstance(total, int):
                 progress.tokens += total

@@ -97,7 +97,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
         self.progress, self.live, self.ended = progress, live, None
         for row in list(self.progress.rows.values()):
             self.progress.set_state(row.prompt_id, row.state, row.attempt, row.error,
-                                    row.next_attempt_at)
+                                    row.next_attempt_at, row.note)
         self.refresh_bindings()
 
     # -- redraw ----------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ class PromptTable(ScrollView, can_focus=True):
     # (key, label, width); the last column takes the remaining width.
     COLUMNS: ClassVar[tuple[tuple[str, str, int], ...]] = (
         ("mark", " ", 2), ("prompt", "prompt", 0), ("state", "state", 10),
-        ("attempt", "attempt", 8), ("next", "next try", 10), ("error", "last error", 0))
+        ("attempt", "attempt", 8), ("next", "next try", 10), ("error", "last error / note", 0))
 
     cursor_row: reactive[int] = reactive(0, always_update=True)
 
@@ -170,7 +170,8 @@ class PromptTable(ScrollView, can_focus=True):
                 "attempt": str(row.attempt or ""),
                 "next": next_attempt_text(row.next_attempt_at if row.state == "retrying"
                                           else None),
-                "error": row.error or "" if row.state != "success" else ""}
+                "error": (row.error or "") if row.state != "success" else (
+                    f"⚠ {row.note}" if row.note else "")}
 
     def cursor_prompt(self) -> str | None:
         if not self.ids:
