@@ -85,7 +85,7 @@ class PromptTable(ScrollView, can_focus=True):
     # (key, label, width); the last column takes the remaining width.
     COLUMNS: ClassVar[tuple[tuple[str, str, int], ...]] = (
         ("mark", " ", 2), ("prompt", "prompt", 0), ("state", "state", 10),
-        ("attempt", "attempt", 8), ("next", "next try", 10), ("error", "last error / note", 0))
+        ("attempt", "attempt", 8), ("next", "next try", 10), ("error", "error / note", 0))
 
     cursor_row: reactive[int] = reactive(0, always_update=True)
 
