@@ -106,6 +106,13 @@ def read_manifest(path: Path, release: Release) -> dict[str, Any]:
     return manifest
 
 
+def publishable_split(release: Release, prompt_ids: list[str] | tuple[str, ...]) -> str | None:
+    """`test` when the candidate covers test prompts and others too (only the test split can
+    be publishable); None (every prompt) otherwise."""
+    splits = {release.by_id[p].split for p in prompt_ids if p in release.by_id}
+    return "test" if "test" in splits and len(splits) > 1 else None
+
+
 def compare(release: Release, evaluations_path: Path, *,
             candidate_manifest: Path | None = None,
             allow_partial: bool = False,

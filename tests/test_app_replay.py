@@ -131,15 +131,16 @@ async def test_engine_service_compares_and_exports_like_the_batch_mode(tmp_path:
     path.write_text("".join(json.dumps(evaluation(p, p != "ghz_03")) + "\n" for p in ids))
     service = EngineReplayService()
     view = service.compare(run, release_dir, allow_partial=False)
-    assert not view.partial and view.prompt_count == 6
+    # The run covers dev and test: the app compares the publishable test split (ghz_03 is dev).
+    assert not view.partial and view.prompt_count == 4
     cand, oracle = view.rows
     assert (cand.label, cand.denominator, cand.counts["structural_match"]) == (
-        "oracle/oracle", 6, 5)
-    assert (oracle.label, oracle.counts["structural_match"]) == ("oracle", 6)
+        "oracle/oracle", 4, 4)
+    assert (oracle.label, oracle.counts["structural_match"]) == ("oracle", 4)
     assert service.taxonomy(run) == {"ok": 5, "gate_count_mismatch": 1}
     written = service.export(run, release_dir, allow_partial=False)
     engine_view = compare(load_release(release_dir), path,
-                          candidate_manifest=run / "run-manifest.json")
+                          candidate_manifest=run / "run-manifest.json", split="test")
     assert {p.name for p in written} == {"pqid_bench_comparison.txt", "pqid_bench_comparison.md",
                                          "pqid_bench_comparison.json",
                                          "pqid_bench_comparison.csv"}

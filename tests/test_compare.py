@@ -223,3 +223,14 @@ def test_batch_compare_exit_codes_and_output_file(tmp_path: Path) -> None:
     as_json = cli("--batch", "compare", "--release-dir", str(root), "--evaluations",
                   str(partial), "--allow-partial", "--format", "json")
     assert json.loads(as_json.stdout)["selection"]["selected"] == 1
+
+
+def test_publishable_split_is_test_only_for_mixed_runs(tmp_path: Path) -> None:
+    from engine.compare import publishable_split
+    from engine.release import load_release
+    from tests.helpers import write_release
+
+    release = load_release(write_release(tmp_path / "r", count=6))  # dev: 00, 03; test: others
+    assert publishable_split(release, ["ghz_00", "ghz_01"]) == "test"
+    assert publishable_split(release, ["ghz_01", "ghz_02"]) is None
+    assert publishable_split(release, ["ghz_00", "ghz_03"]) is None

@@ -7,6 +7,7 @@ engine's replay, compare and Docker functions and does no evaluation work of its
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -136,16 +137,22 @@ class EngineReplayService:
         return {k: int(v) for k, v in result.summary.get("categories", {}).items() if v}
 
     def _compare(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> Any:
-        from engine.compare import compare
+        from engine.compare import compare, publishable_split
         from engine.release import load_release
         from engine.runs import EVALUATIONS_FILE
 
         path = run_dir / EVALUATIONS_FILE
         if not path.is_file():
             raise UsageError(f"{run_dir.name} has not been replayed yet: start a replay first")
-        return compare(load_release(release_dir), path,
-                       candidate_manifest=run_dir / "run-manifest.json",
-                       allow_partial=allow_partial)
+        release = load_release(release_dir)
+        manifest = run_dir / "run-manifest.json"
+        try:
+            selected = json.loads(manifest.read_text()).get("selected_prompt_ids") or []
+        except (OSError, ValueError, AttributeError):
+            selected = []
+        # Like `--batch demo`: on a run over several splits, the publishable test split.
+        return compare(release, path, candidate_manifest=manifest, allow_partial=allow_partial,
+                       split=publishable_split(release, selected))
 
     def compare(self, run_dir: Path, release_dir: Path, *, allow_partial: bool) -> Comparison:
         return comparison_from_engine(self._compare(run_dir, release_dir, allow_partial).data)
