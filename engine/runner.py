@@ -161,6 +161,9 @@ class LiveRun:
         self._last_start = 0.0
         self._stop_new = False
         self._reconciled: Reconciled | None = None
+        # When set, this invocation sends no prompt outside it (and only its own uncertain
+        # prompts can block it).
+        self.only: set[str] | None = None
 
     def _emit(self, event: Event) -> None:
         if self.progress is not None:
@@ -198,7 +201,7 @@ class LiveRun:
             self.run_dir.create(build_manifest(plan, self.credential.source), requests)
         rec = self.run_dir.reconcile(plan.prompt_ids)
         self._reconciled = rec
-        uncertain = rec.by_state("uncertain")
+        uncertain = [p for p in rec.by_state("uncertain") if self.only is None or p in self.only]
         if uncertain and not c.retry_uncertain:
             raise ResumeRefused(
                 f"{len(uncertain)} prompt(s) were in flight when an earlier run stopped "
@@ -207,6 +210,8 @@ class LiveRun:
                 "(a possible extra paid draw; the uncertain attempt stays in the history)")
         to_send = []
         for req in plan.requests:
+            if self.only is not None and req.prompt_id not in self.only:
+                continue
             state = rec.statuses[req.prompt_id].state
             if state == "pending" or (state == "error" and c.retry_errors) or (
                     state == "uncertain" and c.retry_uncertain):

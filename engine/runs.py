@@ -27,7 +27,6 @@ from engine.events import (
     RunFinished,
     RunStarted,
 )
-from engine.plan import PlannedRequest
 from engine.records import RunDir
 from engine.routes import PRESETS
 from engine.runner import LiveRun, RunControl, RunResult, response_note
@@ -265,9 +264,6 @@ class _SelectedRun(LiveRun):
         unknown = sorted(self.only - set(self.plan.prompt_ids))
         if unknown:
             raise ConfigError(f"the run has no prompt {unknown[0]!r}")
-
-    def prepare(self) -> list[PlannedRequest]:
-        return [r for r in super().prepare() if r.prompt_id in self.only]
 
 
 async def resend_async(config: LiveRunConfig, only: Iterable[str] | None = None, *,

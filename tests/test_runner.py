@@ -228,3 +228,30 @@ def test_missing_credential_is_clear_and_writes_nothing(release_dir: Path, tmp_p
     with pytest.raises(CredentialError, match=r"set \$GROQ_API_KEY, pass --api-key-file"):
         run_live_model(config(release_dir, tmp_path / "run"), env={})
     assert not (tmp_path / "run").exists()
+
+
+def test_sending_only_some_prompts_ignores_unrelated_uncertain_ones(release_dir: Path,
+                                                                    tmp_path: Path) -> None:
+    """Retrying one error is not blocked by another prompt's uncertain attempt."""
+    import asyncio
+
+    from engine.runs import resend_async
+
+    out = tmp_path / "run"
+    run_live_model(config(release_dir, out, limit=3, max_retries=0),
+                   transport=answering_transport(release_dir, {"ghz_00": [400]}), env=ENV)
+    rd = RunDir(out)
+    responses = [r for r in rd.read_responses() if r["prompt_id"] != "ghz_02"]
+    rd.responses_path.write_text("".join(json.dumps(r) + "\n" for r in responses))
+    attempts = [a for a in rd.read_attempts() if a["prompt_id"] != "ghz_02"]
+    rd.attempts_path.write_text("".join(json.dumps(a) + "\n" for a in attempts))
+    rd.write_record({"prompt_id": "ghz_02", "state": "in_flight", "attempt": 1, "attempts": 1})
+    seen: list[dict[str, Any]] = []
+    cfg = config(release_dir, out, limit=3, resume=True, retry_errors=True)
+    result = asyncio.run(resend_async(cfg, {"ghz_00"}, env=ENV,
+                                      transport=answering_transport(release_dir, seen=seen)))
+    assert [s["prompt_id"] for s in seen] == ["ghz_00"]
+    assert result.to_dict()["uncertain"] == 1 and result.to_dict()["error"] == 0
+    with pytest.raises(ResumeRefused, match="in flight"):
+        asyncio.run(resend_async(cfg, {"ghz_02"}, env=ENV,
+                                 transport=answering_transport(release_dir)))
