@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,3 +99,44 @@ def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None,
     """Run `pqid-tui` as a user would, in a subprocess."""
     return subprocess.run([sys.executable, "-m", "pqid_tui", *args], capture_output=True,
                           text=True, env=env, input=input, timeout=timeout, cwd=ROOT)
+
+
+# -- Docker: shared by every test module marked `docker` -------------------------------------
+
+BASE_IMAGE = os.environ.get("PQID_TEST_BASE_IMAGE", "pqid-base:bookworm")
+WHEELHOUSE = ROOT / ".ci" / "wheelhouse"
+
+
+def _wheelhouse() -> Path | None:
+    return WHEELHOUSE if any(WHEELHOUSE.glob("*.whl")) else None
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    from docker.errors import ImageNotFound
+
+    from engine.docker_runner import connect
+    from engine.errors import DockerUnavailable
+
+    try:
+        client = connect()
+    except DockerUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        client.images.get(BASE_IMAGE)
+    except ImageNotFound:
+        client.close()
+        pytest.fail(f"the base image {BASE_IMAGE} is missing: build it with .ci/base-image "
+                    "(no registry is needed)")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def image(docker_client: Any) -> str:
+    """The evaluator image for the current sources, built once (reused when the tag exists)."""
+    from engine.docker_runner import DockerEvaluatorRunner
+
+    runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=_wheelhouse(),
+                                   client=docker_client)
+    return runner.ensure_image(build=True)

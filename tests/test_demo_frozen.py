@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ from engine.demo import DEMO_RELEASE_DIR, frozen
 from engine.evaluations import MODEL_CATEGORIES
 from engine.release import load_release
 from evaluator.schema import REQUIRED_FIELDS
-from tests.conftest import ROOT
+from tests.conftest import BASE_IMAGE, ROOT, _wheelhouse
 
 RELEASE = load_release(DEMO_RELEASE_DIR)
 PROMPTS = {p.prompt_id: p for p in RELEASE.prompts}
@@ -196,30 +194,6 @@ def test_the_frozen_matrix_compares_cleanly_on_the_test_split() -> None:
 
 # --- reproducible: score some frozen responses again -----------------------------------
 
-BASE_IMAGE = os.environ.get("PQID_TEST_BASE_IMAGE", "pqid-base:bookworm")
-WHEELHOUSE = ROOT / ".ci" / "wheelhouse"
-
-
-@pytest.fixture(scope="module")
-def docker_client() -> Iterator[Any]:
-    from docker.errors import ImageNotFound
-
-    from engine.docker_runner import connect
-    from engine.errors import DockerUnavailable
-
-    try:
-        client = connect()
-    except DockerUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
-        client.images.get(BASE_IMAGE)
-    except ImageNotFound:
-        client.close()
-        pytest.fail(f"the base image {BASE_IMAGE} is missing: build it with .ci/base-image")
-    yield client
-    client.close()
-
-
 def _sample(label: str, count: int) -> list[str]:
     """Prompt IDs of a row, one per category first (so every outcome is re-scored), then
     evenly spread over the rest."""
@@ -251,7 +225,7 @@ def test_frozen_responses_score_the_same_again(docker_client: Any, tmp_path: Pat
                             + "\n" for r in responses), encoding="utf-8")
     runner = DockerEvaluatorRunner(
         base_image=BASE_IMAGE, client=docker_client,
-        wheelhouse=WHEELHOUSE if any(WHEELHOUSE.glob("*.whl")) else None,
+        wheelhouse=_wheelhouse(),
         requirements=RELEASE.evaluator_requirements)
     result = replay(DEMO_RELEASE_DIR, path, tmp_path / "out", acknowledge_code_execution=True,
                     build_image=True, runner=runner)

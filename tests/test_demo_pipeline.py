@@ -12,20 +12,14 @@ import pytest
 from engine.demo import DEMO_RELEASE_DIR
 from engine.release import load_release
 from engine.replay import replay
-from tests.conftest import cli
-from tests.test_replay_docker import (  # noqa: F401 - fixtures
-    BASE_IMAGE,
-    _wheelhouse,
-    docker_client,
-    image,
-    replay_containers,
-)
+from tests.conftest import BASE_IMAGE, _wheelhouse, cli
+from tests.test_replay_docker import replay_containers
 
 pytestmark = pytest.mark.docker
 
 
 def test_the_main_job_scores_the_oracle_at_100_percent(
-        tmp_path: Path, docker_client: Any, image: str) -> None:  # noqa: F811
+        tmp_path: Path, docker_client: Any, image: str) -> None:
     """`pqid-tui --batch demo`: oracle run, replay in Docker, comparison on the test split."""
     out = tmp_path / "demo"
     args = ["--batch", "demo", "--output-dir", str(out), "--base-image", BASE_IMAGE]
@@ -70,7 +64,7 @@ CATEGORY_RESPONSES = {
 
 
 def test_every_category_in_the_container(
-        tmp_path: Path, docker_client: Any, image: str) -> None:  # noqa: F811
+        tmp_path: Path, docker_client: Any, image: str) -> None:
     release = load_release(DEMO_RELEASE_DIR)
     target = next(p for p in release.prompts if p.target_metadata["family"] == "ghz"
                   and p.target_metadata["num_qubits"] == 3

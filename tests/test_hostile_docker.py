@@ -65,10 +65,7 @@ from tests.helpers import write_release
 
 pytestmark = pytest.mark.docker
 
-# The session fixtures of the Docker replay tests: the engine client (skips without an engine)
-# and the evaluator image built once for the current sources.
-docker_client = replay_docker.docker_client
-image = replay_docker.image
+# docker_client and image are the session fixtures of tests/conftest.py.
 BASE_IMAGE = replay_docker.BASE_IMAGE
 
 MARKER_PREFIX = "pqid-hostile-"

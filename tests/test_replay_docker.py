@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,47 +32,10 @@ from engine.docker_runner import (
 from engine.errors import UsageError
 from engine.events import EvaluationStarted, Event, ImageReady
 from engine.replay import replay
-from tests.conftest import ROOT
+from tests.conftest import BASE_IMAGE, ROOT, _wheelhouse
 from tests.helpers import GHZ_CODE, write_release
 
 pytestmark = pytest.mark.docker
-
-BASE_IMAGE = os.environ.get("PQID_TEST_BASE_IMAGE", "pqid-base:bookworm")
-WHEELHOUSE = ROOT / ".ci" / "wheelhouse"
-
-
-def _wheelhouse() -> Path | None:
-    return WHEELHOUSE if any(WHEELHOUSE.glob("*.whl")) else None
-
-
-@pytest.fixture(scope="session")
-def docker_client() -> Iterator[Any]:
-    from docker.errors import ImageNotFound
-
-    from engine.docker_runner import connect
-    from engine.errors import DockerUnavailable
-
-    try:
-        client = connect()
-    except DockerUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
-        client.images.get(BASE_IMAGE)
-    except ImageNotFound:
-        client.close()
-        pytest.fail(f"the base image {BASE_IMAGE} is missing: build it with .ci/base-image "
-                    "(no registry is needed)")
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="session")
-def image(docker_client: Any) -> str:
-    """The evaluator image for the current sources, built once (reused when the tag exists)."""
-    runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=_wheelhouse(),
-                                   client=docker_client)
-    return runner.ensure_image(build=True)
-
 
 @pytest.fixture
 def runner(docker_client: Any, image: str) -> DockerEvaluatorRunner:

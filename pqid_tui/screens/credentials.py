@@ -94,14 +94,19 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
         row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
         return str(row_key.value)
 
+    def _route_with_key(self) -> str | None:
+        """The selected route, or None (with a warning) when it takes no key."""
+        name = self.selected_route()
+        if name is not None and not PRESETS[name].needs_credential:
+            self.notify(f"The {name} route uses no key.", severity="warning")
+            return None
+        return name
+
     def action_set_key(self) -> None:
         from pqid_tui.screens.dialogs import SecretScreen
 
-        name = self.selected_route()
+        name = self._route_with_key()
         if name is None:
-            return
-        if not PRESETS[name].needs_credential:
-            self.notify(f"The {name} route uses no key.", severity="warning")
             return
 
         def store(secret: str | None) -> None:
@@ -124,11 +129,8 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
     def action_delete_key(self) -> None:
         from pqid_tui.screens.dialogs import ConfirmScreen
 
-        name = self.selected_route()
+        name = self._route_with_key()
         if name is None:
-            return
-        if not PRESETS[name].needs_credential:
-            self.notify(f"The {name} route uses no key.", severity="warning")
             return
 
         def answer(yes: bool | None) -> None:
