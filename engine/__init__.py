@@ -5,13 +5,38 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from engine.config import LiveRunConfig, make_config
-from engine.plan import build_plan, plan_live_model_run
-from engine.release import Release, load_release
-from engine.runner import RunControl, RunResult, run_live_model, run_live_model_async
+if TYPE_CHECKING:
+    from engine.config import LiveRunConfig, make_config
+    from engine.plan import build_plan, plan_live_model_run
+    from engine.release import Release, load_release
+    from engine.runner import RunControl, RunResult, run_live_model, run_live_model_async
+
+# Loaded on first use: `import engine.errors` (every command does) must not pay for pydantic
+# and httpx, which only some commands need.
+_LAZY = {"LiveRunConfig": "engine.config", "make_config": "engine.config",
+         "build_plan": "engine.plan", "plan_live_model_run": "engine.plan",
+         "Release": "engine.release", "load_release": "engine.release",
+         "RunControl": "engine.runner", "RunResult": "engine.runner",
+         "run_live_model": "engine.runner", "run_live_model_async": "engine.runner"}
 
 __all__ = ["LiveRunConfig", "Release", "RunControl", "RunResult", "__version__", "build_plan",
            "load_release", "make_config", "plan_live_model_run", "run_live_model",
            "run_live_model_async"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

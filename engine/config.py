@@ -8,9 +8,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from engine.errors import ConfigError
+from engine.routes import DEFAULT_CONCURRENCY as DEFAULT_CONCURRENCY
 from engine.routes import MAX_OUTPUT_FIELDS, check_extra_body
-
-DEFAULT_CONCURRENCY = 4
 
 
 class LiveRunConfig(BaseModel):

@@ -111,6 +111,10 @@ class RunOutcome:
     environment: dict[str, Any] = field(default_factory=dict)
     sessions: int = 0  # evaluator processes or containers started
     stderr_tail: str = ""
+    # What the evaluator reported about its own time, apart from the evaluations: each
+    # session's start-up (its `hello` timing) and each prompt's work (its `evaluation` timing).
+    startup_timing: list[dict[str, Any]] = field(default_factory=list)
+    item_timing: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 LineCallback = Callable[[dict[str, Any]], None]
@@ -304,6 +308,9 @@ def _run_session(session: _Session, batch: Sequence[EvaluationItem], config: Eva
                 outcome.evaluator_version = version if isinstance(version, str) else None
                 env = message.get("environment")
                 outcome.environment = env if isinstance(env, dict) else {}
+                timing = message.get("timing")
+                if isinstance(timing, dict):
+                    outcome.startup_timing.append(timing)
             elif kind == "started":
                 pid = message.get("prompt_id")
                 if isinstance(pid, str) and pid in expected and pid not in result.started:
@@ -315,6 +322,9 @@ def _run_session(session: _Session, batch: Sequence[EvaluationItem], config: Eva
                 evaluation = message.get("evaluation")
                 if (isinstance(evaluation, dict) and evaluation.get("prompt_id") in expected
                         and evaluation["prompt_id"] not in outcome.evaluations):
+                    timing = message.get("timing")
+                    if isinstance(timing, dict):
+                        outcome.item_timing[evaluation["prompt_id"]] = timing
                     _accept(evaluation, outcome, on_line, position, total)
             elif kind == "done":
                 result.done = True
@@ -787,8 +797,21 @@ class DockerEvaluatorRunner:
             progress(ImageReady(tag, built=False))
         return tag
 
+    def build(self, *, tag: str | None = None, nocache: bool = False,
+              progress: ProgressCallback | None = None) -> str:
+        """Build the image from its inputs even if it exists; return the tag it was given.
+
+        With the layer cache, unless `nocache`. `tag` names the result instead of the usual
+        digest tag (benchmarks build throwaway copies this way).
+        """
+        context = self._context()
+        digest = context.digest(self._base_image_id(build=True, progress=progress))
+        tag = tag or f"{IMAGE_REPOSITORY}:{digest[:16]}"
+        self._build(context, tag, digest, progress, nocache=nocache)
+        return tag
+
     def _build(self, context: BuildContext, tag: str, digest: str,
-               progress: ProgressCallback | None) -> None:
+               progress: ProgressCallback | None, *, nocache: bool = False) -> None:
         from docker.errors import APIError
 
         def log(line: str) -> None:
@@ -805,7 +828,7 @@ class DockerEvaluatorRunner:
         try:
             stream = self.client.api.build(
                 fileobj=context.tar(), custom_context=True, tag=tag, rm=True, forcerm=True,
-                pull=False, decode=True, buildargs={"BASE_IMAGE": self.base_image},
+                pull=False, nocache=nocache, decode=True, buildargs={"BASE_IMAGE": self.base_image},
                 labels={INPUTS_LABEL: digest})
             for chunk in stream:
                 for line in _ANSI.sub("", str(chunk.get("stream") or "")).splitlines():

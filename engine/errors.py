@@ -8,6 +8,7 @@
     |   +-- ResumeRefused        an output directory that cannot be (re)used as asked
     |   +-- InputError           a responses or evaluations file that cannot be read
     |   +-- CompareRefused       a comparison that would not be on the same footing
+    |   +-- RunWriteError        the run's evidence could not be written (disk full, ...)
     +-- DockerUnavailable        no Docker Engine reachable (also a UsageError: start it)
     +-- ProviderError            one provider attempt failed (carried in attempt records)
 """
@@ -45,6 +46,10 @@ class InputError(UsageError):
 
 class CompareRefused(UsageError):
     """A comparison that would not put the candidate and the frozen rows on the same footing."""
+
+
+class RunWriteError(UsageError):
+    """The run directory stopped accepting writes; sending stopped, resume once it is fixed."""
 
 
 class DockerUnavailable(UsageError):

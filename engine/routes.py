@@ -9,6 +9,10 @@ from urllib.parse import urlsplit
 
 from engine.errors import ConfigError
 
+# Requests in flight at once on one route unless the user says otherwise. Here rather than in
+# engine.config so that building the command line's parsers does not import pydantic.
+DEFAULT_CONCURRENCY = 4
+
 
 @dataclass(frozen=True, slots=True)
 class Route:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import json
 import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -17,7 +20,7 @@ from engine import __version__
 from engine.adapters import Adapter, Reply, adapter_for
 from engine.config import LiveRunConfig
 from engine.credentials import Credential, resolve_credential
-from engine.errors import ConfigError, ProviderError, ResumeRefused
+from engine.errors import ConfigError, ProviderError, ResumeRefused, RunWriteError
 from engine.events import (
     AttemptFinished,
     Event,
@@ -27,6 +30,9 @@ from engine.events import (
     RunFinished,
     RunStarted,
 )
+from engine.governor import Governor
+from engine.http import NetworkSender, Sender, SendFailed, SendTimeout, TransportSender
+from engine.journal import Group, Journal
 from engine.model_identity import check_model
 from engine.oracle import OracleTransport
 from engine.plan import Plan, PlannedRequest, build_plan, environment_dict, release_dict
@@ -42,6 +48,7 @@ from engine.records import (
     check_same_contract,
     utc_now,
 )
+from evaluator.extract import extract_code
 
 
 @dataclass
@@ -156,6 +163,7 @@ class LiveRun:
             raise ConfigError("--output-dir is required for a run")
         self.run_dir = RunDir(config.output_dir)
         self.credential: Credential | None = None
+        self.journal: Journal | None = None
         self.tally = _Tally()
         self._pace_lock = asyncio.Lock()
         self._last_start = 0.0
@@ -233,45 +241,67 @@ class LiveRun:
             if pid not in sending:
                 self._emit(PromptStateChanged(pid, cast(PromptState, status.state),
                                               status.attempts, status.last_error))
-        transport = self.transport
-        if transport is None and self.plan.route.adapter == "oracle":
-            transport = OracleTransport(self.plan.release)
-        timeout = httpx.Timeout(self.config.request_timeout_seconds,
-                                connect=min(10.0, self.config.request_timeout_seconds))
-        limits = httpx.Limits(max_connections=self.config.concurrency,
-                              max_keepalive_connections=self.config.concurrency)
-        queue: asyncio.Queue[PlannedRequest] = asyncio.Queue()
+        queue: collections.deque[PlannedRequest] = collections.deque(to_send)
         for req in to_send:
-            queue.put_nowait(req)
             self._emit(PromptStateChanged(req.prompt_id, "pending",
                                           rec.statuses[req.prompt_id].attempts))
+        sender = self._sender()
+        self.journal = Journal(self.run_dir.path)
+        self.governor = Governor(self.config.concurrency)
+        write_failure: BaseException | None = None
         try:
-            async with httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits,
-                                         follow_redirects=False, trust_env=False) as client:
-                workers = [asyncio.create_task(self._worker(client, queue))
-                           for _ in range(min(self.config.concurrency, max(1, len(to_send))))]
-                try:
-                    await asyncio.gather(*workers)
-                finally:
-                    for w in workers:
-                        w.cancel()
-                    await asyncio.gather(*workers, return_exceptions=True)
+            workers = [asyncio.create_task(self._worker(sender, queue))
+                       for _ in range(min(self.config.concurrency, max(1, len(to_send))))]
+            try:
+                await asyncio.gather(*workers)
+            finally:
+                for w in workers:
+                    w.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+                await sender.aclose()
         finally:
+            try:
+                await self.journal.drain()
+            except OSError as exc:
+                write_failure = exc
+            finally:
+                self.journal.close()
+                self.journal = None
+            if write_failure is not None:
+                raise RunWriteError(
+                    f"could not write the run's evidence to {self.run_dir.path}: "
+                    f"{write_failure}; sending stopped. Free space or fix the directory, then "
+                    "resume the run") from write_failure
             summary = self.write_summary()
             self._emit(RunFinished(summary))
         return RunResult(summary, str(self.run_dir.path))
 
-    async def _worker(self, client: httpx.AsyncClient, queue: asyncio.Queue[PlannedRequest]
-                      ) -> None:
+    def _sender(self) -> Sender:
+        timeout = self.config.request_timeout_seconds
+        connect = min(10.0, timeout)
+        transport = self.transport
+        if transport is None and self.plan.route.adapter == "oracle":
+            transport = OracleTransport(self.plan.release)
+        if transport is not None:
+            return TransportSender(transport, timeout_seconds=timeout,
+                                   connect_timeout_seconds=connect)
+        return NetworkSender(connections=self.config.concurrency, timeout_seconds=timeout,
+                             connect_timeout_seconds=connect)
+
+    @property
+    def _live_journal(self) -> Journal:
+        assert self.journal is not None, "only while run() is sending"
+        return self.journal
+
+    def _halted(self) -> bool:
+        return self.control.stopped or self._stop_new or self._live_journal.failure is not None
+
+    async def _worker(self, sender: Sender, queue: collections.deque[PlannedRequest]) -> None:
         while True:
             await self.control.wait_running()
-            if self.control.stopped or self._stop_new:
+            if self._halted() or not queue:
                 return
-            try:
-                req = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            await self._send_prompt(client, req)
+            await self._send_prompt(sender, queue.popleft())
 
     async def _pace(self) -> None:
         if self.config.sleep_seconds <= 0:
@@ -288,7 +318,7 @@ class LiveRun:
         base: float = self.config.retry_backoff_seconds * (2 ** retries_done)
         return float(min(base, self.config.max_backoff_seconds) * (1 - 0.25 * random.random()))
 
-    async def _send_prompt(self, client: httpx.AsyncClient, req: PlannedRequest) -> None:
+    async def _send_prompt(self, sender: Sender, req: PlannedRequest) -> None:
         rec = self._reconciled
         assert rec is not None
         status = rec.statuses[req.prompt_id]
@@ -302,17 +332,27 @@ class LiveRun:
                 "error": "in flight when an earlier run stopped; resent with --retry-uncertain",
                 "request_sha256": req.sha256, "raw": None})
         retries = 0
-        self.tally.attempted_prompts.add(req.prompt_id)
         while True:
-            attempt += 1
             await self._pace()
+            await self.control.wait_running()
+            ticket = await self.governor.acquire()
+            if self._halted():
+                self.governor.failed()
+                return
+            attempt += 1
             record = {"prompt_id": req.prompt_id, "state": IN_FLIGHT, "attempt": attempt,
                       "attempts": attempt, "request_sha256": req.sha256,
                       "last_error": status.last_error}
-            self.run_dir.write_record(record)
+            try:
+                await self._live_journal.replace_now(*self.run_dir.record_bytes(record))
+            except OSError as exc:
+                self.governor.failed()
+                self._live_journal.failure = self._live_journal.failure or exc
+                return
+            self.tally.attempted_prompts.add(req.prompt_id)
             self._emit(PromptStateChanged(req.prompt_id, "in_flight", attempt))
             self.tally.attempts += 1
-            outcome = await self._attempt(client, req, attempt)
+            outcome = await self._attempt(sender, req, attempt, ticket)
             if isinstance(outcome, Reply):
                 return
             error = outcome
@@ -326,15 +366,30 @@ class LiveRun:
                                       f"more than --max-retry-after-seconds; resume later "
                                       "with --retry-errors)")
             delay = 0.0 if give_up else self._backoff(retries, error.retry_after)
-            self._log_attempt_error(req, attempt, error, "terminal" if give_up else "retry", delay)
+            decision = "terminal" if give_up else "retry"
+            group = Group().append(self.run_dir.attempts_path, RunDir.line_bytes(
+                self._attempt_line(req, attempt, error, decision, delay)))
+            raw = getattr(error, "_raw", None)
+            if raw is not None:
+                group.replace(*raw)  # the body of a completed reply, kept as evidence
             if give_up:
-                self.run_dir.write_record(dict(record, state=ERROR, last_error=status.last_error))
-                self._emit(PromptStateChanged(req.prompt_id, "error", attempt, status.last_error))
+                group.replace(*self.run_dir.record_bytes(
+                    dict(record, state=ERROR, last_error=status.last_error)))
+                self._live_journal.commit_later(group, functools.partial(
+                    self._emit, PromptStateChanged(req.prompt_id, "error", attempt,
+                                                   status.last_error)))
+                self._emit_attempt_error(req, attempt, error, decision)
                 if self.config.stop_on_error:
                     self._stop_new = True
                 return
-            self.run_dir.write_record(dict(record, state=RETRY_WAIT,
-                                           last_error=status.last_error))
+            group.replace(*self.run_dir.record_bytes(
+                dict(record, state=RETRY_WAIT, last_error=status.last_error)))
+            try:
+                # The next attempt's in_flight record must not overtake this one.
+                await self._live_journal.commit_later(group)
+            except OSError:
+                return
+            self._emit_attempt_error(req, attempt, error, decision)
             self._emit(PromptStateChanged(req.prompt_id, "retrying", attempt, status.last_error,
                                           time.time() + delay))
             retries += 1
@@ -344,19 +399,29 @@ class LiveRun:
 
     def _log_attempt_error(self, req: PlannedRequest, attempt: int, error: ProviderError,
                            decision: str, delay: float) -> None:
+        """Write an attempt's line now and tell the listener (the batch path)."""
+        self.run_dir.append_attempt(self._attempt_line(req, attempt, error, decision, delay))
+        self._emit_attempt_error(req, attempt, error, decision)
+
+    def _attempt_line(self, req: PlannedRequest, attempt: int, error: ProviderError,
+                      decision: str, delay: float) -> dict[str, Any]:
         info = getattr(error, "_attempt_info", {})
-        self.run_dir.append_attempt(dict(
+        return dict(
             info, prompt_id=req.prompt_id, attempt=attempt, status=error.status,
             error_class=error.error_class,
             error=_redact_text(error.message, self.credential.secret if self.credential else None),
             decision=decision, retry_after_s=error.retry_after,
             backoff_s=round(delay, 3) if decision == "retry" else None,
-            request_sha256=req.sha256))
+            request_sha256=req.sha256)
+
+    def _emit_attempt_error(self, req: PlannedRequest, attempt: int, error: ProviderError,
+                            decision: str) -> None:
+        info = getattr(error, "_attempt_info", {})
         self._emit(AttemptFinished(req.prompt_id, attempt, error.status,
                                    int(info.get("latency_ms") or 0), error.error_class,
                                    "retry" if decision == "retry" else "terminal"))
 
-    async def _attempt(self, client: httpx.AsyncClient, req: PlannedRequest, attempt: int
+    async def _attempt(self, sender: Sender, req: PlannedRequest, attempt: int, ticket: float
                        ) -> Reply | ProviderError:
         route, secret = self.plan.route, self.credential.secret if self.credential else None
         headers = {"Content-Type": "application/json", "User-Agent": f"pqid-tui/{__version__}",
@@ -365,53 +430,57 @@ class LiveRun:
         started_utc, t0 = utc_now(), time.monotonic()
         info: dict[str, Any] = {"started_at_utc": started_utc}
         try:
-            response = await client.post(url, content=req.body_bytes, headers=headers)
-            body = response.content
-        except httpx.TimeoutException as exc:
-            err = ProviderError("timeout", f"no complete reply within the timeout "
-                                f"({exc.__class__.__name__})", retryable=True)
-            info.update(latency_ms=int((time.monotonic() - t0) * 1000),
-                        finished_at_utc=utc_now(), raw=None)
-            err._attempt_info = info  # type: ignore[attr-defined]
-            return err
-        except httpx.HTTPError as exc:
-            err = ProviderError("connection_error", f"{exc.__class__.__name__}: "
-                                f"{_redact_text(str(exc), secret) or 'connection failed'}",
-                                retryable=True)
+            response = await sender.post(url, req.body_bytes, headers)
+        except (SendTimeout, SendFailed) as exc:
+            self.governor.failed()
+            if isinstance(exc, SendTimeout):
+                err = ProviderError("timeout", f"no complete reply within the timeout ({exc})",
+                                    retryable=True)
+            else:
+                err = ProviderError("connection_error", _redact_text(str(exc), secret)
+                                    or "connection failed", retryable=True)
             info.update(latency_ms=int((time.monotonic() - t0) * 1000),
                         finished_at_utc=utc_now(), raw=None)
             err._attempt_info = info  # type: ignore[attr-defined]
             return err
         latency_ms = int((time.monotonic() - t0) * 1000)
-        body = _redact(body, secret)
-        resp_headers = {k.lower(): v for k, v in response.headers.items()}
+        body = _redact(response.body, secret)
+        resp_headers = response.headers
         is_json = True
         try:
             json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError):
             is_json = False
         raw_name = self.run_dir.raw_name(req.prompt_id, attempt, is_json)
-        self.run_dir.write_raw(raw_name, body)
         info.update(latency_ms=latency_ms, finished_at_utc=utc_now(), raw=raw_name,
                     content_type=resp_headers.get("content-type"), bytes=len(body))
+        raw = (self.run_dir.path / raw_name, body)
         try:
-            reply = self.adapter.parse(response.status_code, resp_headers, body)
+            reply = self.adapter.parse(response.status, resp_headers, body)
             model_check = check_model(self.config.model, reply.returned_model)
             if model_check == "redirected" and self.config.require_exact_model:
                 raise ProviderError(
                     "model_redirected", f"asked for {self.config.model!r}, the provider answered "
                     f"with {reply.returned_model!r} (--require-exact-model)", retryable=False,
-                    status=response.status_code)
+                    status=response.status)
         except ProviderError as err:
+            if err.status == 429 and err.retryable:
+                long_wait = (err.retry_after is not None
+                             and err.retry_after > self.config.max_retry_after_seconds)
+                self.governor.throttled(ticket, err.retry_after, resp_headers,
+                                        honour_pause=not long_wait)
+            else:
+                self.governor.answered(ticket, resp_headers)
             err._attempt_info = info  # type: ignore[attr-defined]
+            err._raw = raw  # type: ignore[attr-defined]
             return err
-        self._record_success(req, attempt, reply, response.status_code, info, model_check)
+        self.governor.answered(ticket, resp_headers)
+        self._record_success(req, attempt, reply, response.status, info, model_check, raw)
         return reply
 
     def _record_success(self, req: PlannedRequest, attempt: int, reply: Reply, status: int,
-                        info: dict[str, Any], model_check: str) -> None:
-        from evaluator.extract import extract_code
-
+                        info: dict[str, Any], model_check: str,
+                        raw: tuple[Path, bytes] | None = None) -> None:
         extraction = extract_code(reply.content)
         response = {
             "prompt_id": req.prompt_id, "provider": self.plan.route.name,
@@ -427,19 +496,35 @@ class LiveRun:
             "created_at_utc": info["finished_at_utc"], "attempt": attempt,
             "latency_ms": info["latency_ms"], "http_status": status, "raw": info["raw"],
         }
-        # Order matters for crash safety: response, then attempt line, then record.
-        self.run_dir.append_response(response)
-        self.run_dir.append_attempt(dict(info, prompt_id=req.prompt_id, attempt=attempt,
-                                         status=status, error_class=None, error=None,
-                                         decision="success", request_sha256=req.sha256))
-        self.run_dir.write_record({"prompt_id": req.prompt_id, "state": SUCCESS,
-                                   "attempt": attempt, "attempts": attempt,
-                                   "request_sha256": req.sha256, "last_error": None,
-                                   "finish_reason": reply.finish_reason})
-        self._emit(AttemptFinished(req.prompt_id, attempt, status, info["latency_ms"], None,
-                                   "success", reply.usage))
-        self._emit(PromptStateChanged(req.prompt_id, "success", attempt,
-                                      note=response_note(response)))
+        attempt_line = dict(info, prompt_id=req.prompt_id, attempt=attempt, status=status,
+                            error_class=None, error=None, decision="success",
+                            request_sha256=req.sha256)
+        record = {"prompt_id": req.prompt_id, "state": SUCCESS, "attempt": attempt,
+                  "attempts": attempt, "request_sha256": req.sha256, "last_error": None,
+                  "finish_reason": reply.finish_reason}
+        note = response_note(response)
+
+        def durable() -> None:
+            self._emit(AttemptFinished(req.prompt_id, attempt, status, info["latency_ms"], None,
+                                       "success", reply.usage))
+            self._emit(PromptStateChanged(req.prompt_id, "success", attempt, note=note))
+
+        if self.journal is None:
+            # The batch path writes as it goes (its raw body is written already).
+            self.run_dir.append_response(response)
+            self.run_dir.append_attempt(attempt_line)
+            self.run_dir.write_record(record)
+            durable()
+            return
+        # One group, durable in this order: the raw body, the response and the attempt lines,
+        # and only then the record that says success.
+        group = Group()
+        if raw is not None:
+            group.replace(*raw)
+        group.append(self.run_dir.responses_path, RunDir.line_bytes(response))
+        group.append(self.run_dir.attempts_path, RunDir.line_bytes(attempt_line))
+        group.replace(*self.run_dir.record_bytes(record))
+        self.journal.commit_later(group, durable)
 
     # -- summary -------------------------------------------------------------------------------
     def write_summary(self) -> dict[str, Any]:

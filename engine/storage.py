@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -30,9 +31,13 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+_TMP_SEQUENCE = itertools.count()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: a reader sees the old file or the new one, never a mix."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Replace `path` with `data`: a reader sees the old file or the new one, never a mix.
+    Safe to call from several threads at once (each temporary file has a name of its own)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_TMP_SEQUENCE)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         view = memoryview(data)
@@ -46,9 +51,13 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def json_file_bytes(obj: Any) -> bytes:
+    """The byte form of a JSON file (a record, a manifest): sorted, indented, one newline."""
+    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)
-                              + "\n").encode())
+    atomic_write_bytes(path, json_file_bytes(obj))
 
 
 def append_jsonl(path: Path, obj: Any) -> None:

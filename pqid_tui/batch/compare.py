@@ -10,10 +10,13 @@ from typing import Any
 from engine.errors import InputError
 from pqid_tui.batch import default_release_dir
 
+# Copies of engine.compare's constants, so that building the parsers (--help) does not load
+# the comparison code; tests/test_cli_imports.py checks that they agree.
+DEFAULT_INFRA_THRESHOLD = 0.02
+FORMATS = ("text", "markdown", "json", "csv")
+
 
 def register(sub: Any) -> None:
-    from engine.compare import DEFAULT_INFRA_THRESHOLD, FORMATS
-
     p = sub.add_parser(
         "compare", help="compare evaluations with the frozen matrix on the same prompt IDs",
         description="Set a candidate's canonical evaluations beside every row of the "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import sys
 from pathlib import Path
@@ -39,6 +38,8 @@ def register(sub: Any) -> None:
 
 def _read_secret(route: str) -> str:
     if sys.stdin.isatty():
+        import getpass
+
         secret = getpass.getpass(f"key for {route} (input hidden): ")
     else:
         secret = sys.stdin.read()

@@ -7,17 +7,13 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.events import (
-    EvaluationFinished,
-    Event,
-    ImageBuildLog,
-    ImageReady,
-    ReplayFinished,
-)
 from pqid_tui.batch import default_release_dir
 from pqid_tui.textsafe import escape_controls
+
+if TYPE_CHECKING:
+    from engine.events import Event
 
 
 def register(sub: Any) -> None:
@@ -67,6 +63,9 @@ class ReplayProgress:
         self.t0 = time.monotonic()
 
     def __call__(self, event: Event) -> None:
+        # Here, not at the top: building the parsers (--help) need not load the event types.
+        from engine.events import EvaluationFinished, ImageBuildLog, ImageReady, ReplayFinished
+
         if isinstance(event, ImageBuildLog):
             self._line(f"image: {escape_controls(event.line)}")
         elif isinstance(event, ImageReady):

@@ -7,13 +7,15 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.config import DEFAULT_CONCURRENCY, make_config
 from engine.errors import ConfigError
-from engine.events import BatchPolled, Event, PromptStateChanged, RunFinished, RunStarted
+from engine.routes import DEFAULT_CONCURRENCY
 from pqid_tui.batch import default_release_dir
 from pqid_tui.textsafe import escape_controls
+
+if TYPE_CHECKING:
+    from engine.events import Event
 
 
 def add_selection_args(p: argparse.ArgumentParser) -> None:
@@ -138,6 +140,8 @@ def _ids(values: list[str] | None) -> tuple[str, ...] | None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
+    from engine.config import make_config
+
     model = args.model
     if model is None:
         if args.provider != "oracle":
@@ -176,6 +180,9 @@ class ProgressPrinter:
         self.t0 = time.monotonic()
 
     def __call__(self, event: Event) -> None:
+        # Here, not at the top: building the parsers (--help) need not load the event types.
+        from engine.events import BatchPolled, PromptStateChanged, RunFinished, RunStarted
+
         if isinstance(event, RunStarted):
             self.total = event.to_send
             self._line(f"run {event.provider}/{escape_controls(event.model)}: "
@@ -208,11 +215,10 @@ class ProgressPrinter:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.plan import plan_live_model_run
-    from engine.runner import run_live_model
-
     config = config_from_args(args)
     if args.dry_run:
+        from engine.plan import plan_live_model_run
+
         print(json.dumps(plan_live_model_run(config), indent=2, sort_keys=True))
         return 0
     progress = None if args.quiet else ProgressPrinter()
@@ -221,6 +227,8 @@ def run(args: argparse.Namespace) -> int:
 
         result = run_batch_api(config, progress=progress)
     else:
+        from engine.runner import run_live_model
+
         result = run_live_model(config, progress=progress)
     print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     summary = result.to_dict()
