@@ -6,18 +6,20 @@ the provider says:
 - It starts with a window of `min(ceiling, 16)` requests in flight and, like TCP's slow start,
   widens it by one for every answer that is not throttled, so a route that never throttles
   reaches the ceiling after a few round trips.
-- A throttle (HTTP 429, or the provider's rate-limit headers saying the budget is spent) is a
-  signal once per round trip: answers to requests sent before the last cut are not counted
-  again. On a signal the window is halved, the route pauses for the provider's Retry-After
-  (every worker, not only the one that was told), and requests are paced at the rate the
-  provider was actually admitting: the successful answers of the last second, a little less.
+- A throttle (HTTP 429) is a signal once per round trip: answers to requests sent before the
+  last cut are not counted again. On a signal the route pauses for the provider's Retry-After
+  (every worker, not only the one that was told), requests are paced at the rate the
+  provider was actually admitting (the successful answers of the last second, a little
+  less), and the window is halved, though never below what that pace needs at the observed
+  latency (twice pace x latency), so a rate limit is met by pacing, not by starving.
   The pace then rises by a few percent a second until the next signal, so a route finds its
   limit again if the limit grows.
 - Rate-limit headers (`x-ratelimit-{limit,remaining,reset}-requests` and
-  `anthropic-ratelimit-requests-{limit,remaining,reset}`) are read on every answer. The refill
-  rate they imply is (limit - remaining) / seconds to reset; when the remaining budget runs
-  low the pace is set to that rate before any 429 arrives, and when it is ample again the
-  header pacing is lifted.
+  `anthropic-ratelimit-requests-{limit,remaining,reset}`) are read on every answer and
+  mirrored: the budget the provider had left when it took that request, plus what it has
+  regained since at the refill rate the headers imply ((limit - remaining) / seconds to
+  reset), minus every request sent since. A request waits until the mirror holds one, so a
+  route that states its budget is used up to it and not past it, before any 429 arrives.
 
 Waiting is fair: workers queue in arrival order behind one gate, and only the worker at the
 head waits on the clock or for a slot.
@@ -26,6 +28,7 @@ head waits on the clock or for a slot.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import math
 import re
@@ -36,9 +39,11 @@ from typing import Any
 
 INITIAL_WINDOW = 16
 _PACE_FRACTION = 0.95  # of the observed admission rate, after a throttle
-_PROBE_PER_SECOND = 0.04  # pace growth while no signal arrives
-_LOW_BUDGET = 0.2  # remaining / limit under which header pacing starts
-_AMPLE_BUDGET = 0.5  # and over which it stops
+_DECREASE = 0.9  # at least, per signal, so a noisy estimate cannot hold the pace up
+_PROBE_PER_SECOND = 0.05  # pace growth while no signal arrives
+_HEADER_MARGIN = 0.97  # of the refill rate the headers imply
+_SENT_MEMORY = 10.0  # seconds of tickets kept to match against the headers' counts
+_ADMITTED_MEMORY = 5.0  # seconds of answers (time, ticket) kept to measure admission
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 
@@ -111,10 +116,17 @@ class Governor:
         self._pause_until = 0.0
         self._last_cut = -math.inf
         self._pace: float | None = None  # requests per second, from throttles
-        self._header_pace: float | None = None  # requests per second, from headers
         self._paced_since = 0.0
         self._next_start = 0.0
-        self._admitted: collections.deque[float] = collections.deque()
+        self._admitted: collections.deque[tuple[float, float]] = collections.deque()
+        self._latency: float | None = None  # seconds, moving average of answered requests
+        self._first_answer: float | None = None
+        self._sent: collections.deque[float] = collections.deque()  # tickets, recent ones
+        self._budget: float | None = None  # the provider's request budget, mirrored
+        self._budget_at = 0.0
+        self._budget_limit = 0.0
+        self._budget_reset_at = 0.0
+        self._refill: float | None = None  # requests per second the budget regains
         self.throttles = 0
         self.signals = 0
 
@@ -135,7 +147,17 @@ class Governor:
                 if pace is not None and now < self._next_start:
                     await asyncio.sleep(self._next_start - now)
                     continue
+                budget_wait = self._budget_wait(now)
+                if budget_wait > 0:
+                    await asyncio.sleep(budget_wait)
+                    continue
+                if self._budget is not None:
+                    self._budget = self._budget_now(now) - 1.0
+                    self._budget_at = now
                 self.in_flight += 1
+                self._sent.append(now)
+                while self._sent and self._sent[0] < now - _SENT_MEMORY:
+                    self._sent.popleft()
                 if pace is not None:
                     self._next_start = max(now, self._next_start) + 1.0 / pace
                 return now
@@ -148,8 +170,6 @@ class Governor:
             grown = self._pace * (1 + _PROBE_PER_SECOND) ** max(
                 0.0, self._clock() - self._paced_since)
             paces.append(grown)
-        if self._header_pace is not None:
-            paces.append(self._header_pace)
         return min(paces) if paces else None
 
     def _free(self) -> None:
@@ -161,8 +181,12 @@ class Governor:
         """An answer that was not a throttle (success or another error)."""
         now = self._clock()
         self._free()
-        self._admitted.append(now)
-        while self._admitted and self._admitted[0] < now - 1.0:
+        took = max(0.0, now - ticket)
+        self._latency = took if self._latency is None else 0.9 * self._latency + 0.1 * took
+        if self._first_answer is None:
+            self._first_answer = now
+        self._admitted.append((now, ticket))
+        while self._admitted and self._admitted[0][0] < now - _ADMITTED_MEMORY:
             self._admitted.popleft()
         if self._slow_start:
             self.window = min(float(self.ceiling), self.window + 1.0)
@@ -193,33 +217,85 @@ class Governor:
         self._cut(now)
 
     def _cut(self, now: float) -> None:
+        previous = self._last_cut
         self.signals += 1
         self._last_cut = now
         self._slow_start = False
         self.window = max(1.0, self.window / 2)
-        while self._admitted and self._admitted[0] < now - 1.0:
-            self._admitted.popleft()
-        observed = float(len(self._admitted))  # admitted in the last second
         current = self.pace
-        if observed >= 2:
-            target = observed * _PACE_FRACTION
-            self._pace = min(target, current) if current is not None else target
+        congested = self._admission_rate(previous, now)
+        if congested is not None:
+            # Since the previous signal the provider's budget was spent, so what it admitted
+            # then is its rate.
+            target = congested * _PACE_FRACTION
+            self._pace = min(target, current * _DECREASE) if current is not None else target
         elif current is not None:
-            self._pace = current / 2
+            self._pace = current * _DECREASE
+        else:
+            # The first signal: what was admitted so far includes the provider's initial burst,
+            # so start from half of it and let the next signals refine it.
+            answered = self._admitted_since(now - 1.0)
+            span = max(0.2, now - max(now - 1.0, self._first_answer or now))
+            if answered >= 2:
+                self._pace = answered / span / 2
         self._paced_since = now
+        pace = self.pace
+        if pace is not None and self._latency is not None:
+            # A rate limit is answered by the pace; keep enough requests in flight to reach it.
+            needed = math.ceil(pace * self._latency * 2)
+            self.window = max(self.window, min(float(self.ceiling), float(needed)))
+
+    def _admitted_since(self, moment: float) -> int:
+        return sum(1 for answered_at, _ in self._admitted if answered_at >= moment)
+
+    def _admission_rate(self, since: float, now: float) -> float | None:
+        """Requests per second the provider admitted among those sent after `since` (whose
+        answers are in by now), or None when that span is too short to tell."""
+        latest = now - (self._latency or 0.0)
+        span = latest - since
+        if not math.isfinite(span) or span < 0.1:
+            return None
+        sent = sum(1 for _, ticket in self._admitted if since <= ticket <= latest)
+        return sent / span if sent >= 2 else None
 
     def _read_headers(self, ticket: float, headers: dict[str, str], now: float) -> None:
-        budget = request_budget(headers)
+        """Mirror the provider's request budget: what it had left when it took this request,
+        plus what it refilled since, minus what was sent since."""
+        budget = request_budget(headers, now=time.time() - (now - ticket))
         if budget is None:
             return
         limit, remaining, reset = budget
-        refill = (limit - remaining) / reset if reset > 0 and remaining < limit else None
-        if remaining <= _LOW_BUDGET * limit and refill:
-            self._header_pace = refill
-            if remaining == 0:
-                self._pause_until = max(self._pause_until, now + 1.0 / refill)
-        elif remaining >= _AMPLE_BUDGET * limit:
-            self._header_pace = None
+        self._pace = None  # the provider states its budget: pace by that, not by guesses
+        if reset > 0 and remaining < limit:
+            self._refill = (limit - remaining) / reset * _HEADER_MARGIN
+        refill = self._refill or 0.0
+        self._budget_limit = float(limit)
+        self._budget = min(float(limit), remaining + refill * (now - ticket)
+                           - self._sent_since(ticket))
+        self._budget_at = now
+        self._budget_reset_at = now + reset
+
+    def _budget_now(self, now: float) -> float:
+        assert self._budget is not None
+        refill = self._refill or 0.0
+        return min(self._budget_limit, self._budget + refill * (now - self._budget_at))
+
+    def _budget_wait(self, now: float) -> float:
+        """Seconds until the mirrored budget holds one request (0: it does now)."""
+        if self._budget is None:
+            return 0.0
+        # Keep a small reserve: `remaining` is rounded down and the clocks jitter, so the
+        # mirror can be a request or two above the provider's own count.
+        need = 1.0 + max(2.0, 0.02 * self._budget_limit)
+        left = self._budget_now(now)
+        if left >= need:
+            return 0.0
+        if self._refill:
+            return (need - left) / self._refill
+        return max(0.0, self._budget_reset_at - now) or 0.05
+
+    def _sent_since(self, ticket: float) -> int:
+        return len(self._sent) - bisect.bisect_right(self._sent, ticket)
 
     def state(self) -> dict[str, Any]:
         pace = self.pace

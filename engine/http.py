@@ -61,6 +61,8 @@ class NetworkSender:
 
     def __init__(self, *, connections: int, timeout_seconds: float,
                  connect_timeout_seconds: float) -> None:
+        import aiohttp  # noqa: F401 - now, not on the first request (it takes ~0.2 s)
+
         self._connections = connections
         self._timeout_seconds = timeout_seconds
         self._connect_timeout = connect_timeout_seconds

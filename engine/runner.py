@@ -164,6 +164,7 @@ class LiveRun:
         self.run_dir = RunDir(config.output_dir)
         self.credential: Credential | None = None
         self.journal: Journal | None = None
+        self.governor = Governor(config.concurrency)
         self.tally = _Tally()
         self._pace_lock = asyncio.Lock()
         self._last_start = 0.0
@@ -542,6 +543,7 @@ class LiveRun:
             "stopped": self.control.stopped or self._stop_new,
             "elapsed_seconds": round(time.time() - self.tally.started, 3),
         })
+        summary["rate_control"] = None if self.config.batch_api else self.governor.state()
         with contextlib.suppress(OSError):
             self.run_dir.write_summary(summary)
         return summary
