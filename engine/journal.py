@@ -2,13 +2,13 @@
 
 Two lanes, because the two kinds of write have different deadlines:
 
-- A record that says `in_flight` (or `retry_wait`) must be on disk before the request is sent,
-  so it is on the runner's critical path. These go to a small pool of threads, each doing the
-  full atomic replacement (write a temporary file, fsync it, rename, fsync the directory);
-  flushes issued at the same moment share the file system's journal commit.
+- A record that says `in_flight` must be on disk before the request is sent, so it is on the
+  runner's critical path. These go to a committer thread of their own, which takes every
+  record waiting, writes each to a temporary file, flushes them together, renames them into
+  place and flushes the renames, then wakes the waiting workers at once.
 - What follows an answer (the raw body, the response line, the attempt line, the final record)
-  is not on the critical path: the worker goes on to its next prompt while one committer thread
-  writes these in groups. A group is written in submission order, flushed once (`syncfs` on
+  is not on the critical path: the worker goes on to its next prompt while a second committer
+  thread writes these in groups. A group is written in submission order, flushed once (`syncfs` on
   Linux: one flush of the file system for the whole group; elsewhere an fsync per file), and
   only then are its records renamed into place and the renames flushed. So a record can never
   say `success` before its response and attempt lines are durable. A crash before the group
@@ -28,11 +28,8 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-from engine.storage import atomic_write_bytes
 
 _COUNTER = itertools.count()
 
@@ -132,94 +129,140 @@ def _flush_dirs(dirs: set[Path]) -> None:
             os.close(fd)
 
 
-class Journal:
-    """Durable writes for one run directory."""
+Callback = Callable[[BaseException | None], None]
 
-    def __init__(self, root: Path, *, urgent_threads: int = 8) -> None:
-        self.root = Path(root)
-        self._urgent = ThreadPoolExecutor(urgent_threads, thread_name_prefix="pqid-record")
-        self._lock = threading.Condition()
-        self._queue: list[tuple[Group, Future[None]]] = []
+
+class _Lane:
+    """One committer thread: takes every group queued since its last commit, commits them
+    together, and wakes the event loop once for the whole batch."""
+
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._cond = threading.Condition()
+        self._queue: list[tuple[Group, Callback]] = []
         self._closing = False
-        self._committer: threading.Thread | None = None
-        self._outstanding: set[asyncio.Future[None]] = set()
-        self.failure: BaseException | None = None
-        self.groups_committed = 0
         self.commits = 0
+        self.groups = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, group: Group, callback: Callback) -> None:
+        with self._cond:
+            self._queue.append((group, callback))
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+            failure: BaseException | None = None
+            try:
+                commit_groups([group for group, _ in batch])
+            except BaseException as exc:  # handed to every waiter of the batch
+                failure = exc
+            self.commits += 1
+            self.groups += len(batch)
+            try:
+                self._loop.call_soon_threadsafe(_finish, batch, failure)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                return
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+
+
+def _finish(batch: list[tuple[Group, Callback]], failure: BaseException | None) -> None:
+    for _, callback in batch:
+        callback(failure)
+
+
+class Journal:
+    """Durable writes for one run directory; use it from one event loop."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._urgent: _Lane | None = None
+        self._later: _Lane | None = None
+        self._outstanding = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.failure: BaseException | None = None
+
+    def _lanes(self) -> tuple[_Lane, _Lane]:
+        if self._urgent is None or self._later is None:
+            loop = asyncio.get_running_loop()
+            self._urgent = _Lane("pqid-record", loop)
+            self._later = _Lane("pqid-commit", loop)
+        return self._urgent, self._later
 
     # -- the critical lane --------------------------------------------------------------------
     async def replace_now(self, path: Path, data: bytes) -> None:
         """Atomically replace `path` with `data`; return once it is durable."""
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._urgent, atomic_write_bytes, path, data)
+        urgent, _ = self._lanes()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def settle(failure: BaseException | None) -> None:
+            if done.done():
+                return
+            if failure is None:
+                done.set_result(None)
+            else:
+                done.set_exception(failure)
+
+        urgent.submit(Group().replace(path, data), settle)
+        await done
 
     # -- the committer lane -------------------------------------------------------------------
-    def commit_later(self, group: Group,
-                     on_durable: Callable[[], None] | None = None) -> asyncio.Future[None]:
-        """Queue `group`; `on_durable` runs on the event loop once all of it is on disk."""
-        loop = asyncio.get_running_loop()
-        done: Future[None] = Future()
-        with self._lock:
-            if self._committer is None:
-                self._committer = threading.Thread(target=self._commit_loop,
-                                                   name="pqid-commit", daemon=True)
-                self._committer.start()
-            self._queue.append((group, done))
-            self._lock.notify()
-        waiter = asyncio.wrap_future(done, loop=loop)
-        self._outstanding.add(waiter)
+    def commit_later(self, group: Group, on_durable: Callable[[], None] | None = None,
+                     ) -> asyncio.Future[None]:
+        """Queue `group`; `on_durable` runs on the event loop once all of it is on disk. The
+        returned future may be awaited (to order a later write after this one) or ignored."""
+        _, later = self._lanes()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outstanding += 1
+        self._idle.clear()
 
-        def finished(fut: asyncio.Future[None]) -> None:
-            self._outstanding.discard(fut)
-            if fut.cancelled():
+        def settle(failure: BaseException | None) -> None:
+            self._outstanding -= 1
+            if not self._outstanding:
+                self._idle.set()
+            if failure is not None:
+                self.failure = self.failure or failure
+                if not done.done():
+                    done.set_exception(failure)
+                    done.exception()  # retrieved: the failure is reported by drain()
                 return
-            exc = fut.exception()
-            if exc is not None:
-                self.failure = self.failure or exc
-            elif on_durable is not None:
+            if on_durable is not None:
                 on_durable()
-
-        waiter.add_done_callback(finished)
-        return waiter
-
-    def _commit_loop(self) -> None:
-        while True:
-            with self._lock:
-                while not self._queue and not self._closing:
-                    self._lock.wait()
-                if not self._queue:
-                    return
-                batch, self._queue = self._queue, []
-            try:
-                commit_groups([group for group, _ in batch])
-            except BaseException as exc:
-                for _, done in batch:
-                    done.set_exception(exc)
-                continue
-            self.commits += 1
-            self.groups_committed += len(batch)
-            for _, done in batch:
+            if not done.done():
                 done.set_result(None)
+
+        later.submit(group, settle)
+        return done
 
     # -- the end ------------------------------------------------------------------------------
     async def drain(self) -> None:
         """Wait for every queued group; raise the first write failure, if any."""
-        while self._outstanding:
-            await asyncio.gather(*list(self._outstanding), return_exceptions=True)
+        await self._idle.wait()
         if self.failure is not None:
             raise self.failure
 
     def close(self) -> None:
-        with self._lock:
-            self._closing = True
-            self._lock.notify()
-        if self._committer is not None:
-            self._committer.join()
-        self._urgent.shutdown(wait=True)
+        for lane in (self._urgent, self._later):
+            if lane is not None:
+                lane.close()
 
     def stats(self) -> dict[str, Any]:
-        return {"groups": self.groups_committed, "commits": self.commits,
-                "syncfs": _SYNCFS is not None}
+        lanes = {"record": self._urgent, "commit": self._later}
+        return {name: {"commits": lane.commits, "groups": lane.groups} if lane else None
+                for name, lane in lanes.items()} | {"syncfs": _SYNCFS is not None}
 
 
 __all__ = ["Group", "Journal", "commit_groups"]

@@ -43,6 +43,7 @@ from engine.records import (
     RETRY_WAIT,
     RUN_FORMAT,
     SUCCESS,
+    PromptStatus,
     Reconciled,
     RunDir,
     check_same_contract,
@@ -165,6 +166,7 @@ class LiveRun:
         self.credential: Credential | None = None
         self.journal: Journal | None = None
         self.governor = Governor(config.concurrency)
+        self._tracked = False  # whether _reconciled follows every write (the live path)
         self.tally = _Tally()
         self._pace_lock = asyncio.Lock()
         self._last_start = 0.0
@@ -208,7 +210,11 @@ class LiveRun:
                 self.run_dir.write_requests(requests)
         else:
             self.run_dir.create(build_manifest(plan, self.credential.source), requests)
-        rec = self.run_dir.reconcile(plan.prompt_ids)
+        if resuming:
+            rec = self.run_dir.reconcile(plan.prompt_ids)
+        else:  # just created: nothing to read back
+            rec = Reconciled(statuses={pid: PromptStatus(pid, "pending")
+                                       for pid in plan.prompt_ids})
         self._reconciled = rec
         uncertain = [p for p in rec.by_state("uncertain") if self.only is None or p in self.only]
         if uncertain and not c.retry_uncertain:
@@ -249,12 +255,16 @@ class LiveRun:
         sender = self._sender()
         self.journal = Journal(self.run_dir.path)
         self.governor = Governor(self.config.concurrency)
+        self._tracked = True
         write_failure: BaseException | None = None
         try:
             workers = [asyncio.create_task(self._worker(sender, queue))
                        for _ in range(min(self.config.concurrency, max(1, len(to_send))))]
             try:
                 await asyncio.gather(*workers)
+            except BaseException:
+                self._tracked = False  # cut short: read the states back from disk instead
+                raise
             finally:
                 for w in workers:
                     w.cancel()
@@ -350,6 +360,8 @@ class LiveRun:
                 self.governor.failed()
                 self._live_journal.failure = self._live_journal.failure or exc
                 return
+            # What a crash now would leave: the attempt's outcome is unknown.
+            status.state, status.attempts = "uncertain", attempt
             self.tally.attempted_prompts.add(req.prompt_id)
             self._emit(PromptStateChanged(req.prompt_id, "in_flight", attempt))
             self.tally.attempts += 1
@@ -377,8 +389,8 @@ class LiveRun:
                 group.replace(*self.run_dir.record_bytes(
                     dict(record, state=ERROR, last_error=status.last_error)))
                 self._live_journal.commit_later(group, functools.partial(
-                    self._emit, PromptStateChanged(req.prompt_id, "error", attempt,
-                                                   status.last_error)))
+                    self._settled, status, "error",
+                    PromptStateChanged(req.prompt_id, "error", attempt, status.last_error)))
                 self._emit_attempt_error(req, attempt, error, decision)
                 if self.config.stop_on_error:
                     self._stop_new = True
@@ -390,6 +402,7 @@ class LiveRun:
                 await self._live_journal.commit_later(group)
             except OSError:
                 return
+            status.state = "pending"
             self._emit_attempt_error(req, attempt, error, decision)
             self._emit(PromptStateChanged(req.prompt_id, "retrying", attempt, status.last_error,
                                           time.time() + delay))
@@ -397,6 +410,10 @@ class LiveRun:
             await asyncio.sleep(delay)
             if self.control.stopped:
                 return
+
+    def _settled(self, status: PromptStatus, state: str, event: Event) -> None:
+        status.state = state
+        self._emit(event)
 
     def _log_attempt_error(self, req: PlannedRequest, attempt: int, error: ProviderError,
                            decision: str, delay: float) -> None:
@@ -506,6 +523,9 @@ class LiveRun:
         note = response_note(response)
 
         def durable() -> None:
+            if self._reconciled is not None:
+                settled = self._reconciled.statuses[req.prompt_id]
+                settled.state, settled.last_error = "success", None
             self._emit(AttemptFinished(req.prompt_id, attempt, status, info["latency_ms"], None,
                                        "success", reply.usage))
             self._emit(PromptStateChanged(req.prompt_id, "success", attempt, note=note))
@@ -535,7 +555,8 @@ class LiveRun:
             prices = None
         summary = summarize_run(self.run_dir, self.plan.prompt_ids, repair=False,
                                 prices=prices, model=self.config.model,
-                                batch=self.config.batch_api)
+                                batch=self.config.batch_api,
+                                reconciled=self._reconciled if self._tracked else None)
         summary.update({
             "attempted": len(self.tally.attempted_prompts),
             "requests_sent": self.tally.attempts,
@@ -565,9 +586,12 @@ def response_note(response: dict[str, Any]) -> str | None:
 
 def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,
                   repair: bool = False, prices: PriceTable | None = None,
-                  model: str | None = None, batch: bool = False) -> dict[str, Any]:
-    """Counts over the selected prompts, read back from the run directory."""
-    rec = run_dir.reconcile(prompt_ids, repair=repair)
+                  model: str | None = None, batch: bool = False,
+                  reconciled: Reconciled | None = None) -> dict[str, Any]:
+    """Counts over the selected prompts, read back from the run directory. A live run that
+    has just drained its writes passes the states it wrote (`reconciled`) instead of reading
+    every record back."""
+    rec = reconciled if reconciled is not None else run_dir.reconcile(prompt_ids, repair=repair)
     counts = Counter(s.state for s in rec.statuses.values())
     responses = [r for r in run_dir.read_responses() if r["prompt_id"] in rec.statuses]
     finish = Counter(str(r.get("finish_reason")) for r in responses)
