@@ -384,7 +384,7 @@ class LiveRun:
                 self._attempt_line(req, attempt, error, decision, delay)))
             raw = getattr(error, "_raw", None)
             if raw is not None:
-                group.replace(*raw)  # the body of a completed reply, kept as evidence
+                group.create(*raw)  # the body of a completed reply, kept as evidence
             if give_up:
                 group.replace(*self.run_dir.record_bytes(
                     dict(record, state=ERROR, last_error=status.last_error)))
@@ -541,7 +541,7 @@ class LiveRun:
         # and only then the record that says success.
         group = Group()
         if raw is not None:
-            group.replace(*raw)
+            group.create(*raw)
         group.append(self.run_dir.responses_path, RunDir.line_bytes(response))
         group.append(self.run_dir.attempts_path, RunDir.line_bytes(attempt_line))
         group.replace(*self.run_dir.record_bytes(record))
