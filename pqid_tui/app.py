@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -17,6 +18,7 @@ from textual.worker import Worker, WorkerState
 
 from engine.config import LiveRunConfig
 from engine.errors import PqidError
+from engine.events import Event, ProgressCallback, RunStarted
 from engine.release import Release, load_release
 from engine.runner import RunControl, RunResult
 from engine.runs import RunProgress, resend_async
@@ -110,8 +112,25 @@ class PqidApp(App[int]):
                               only: tuple[str, ...] | None) -> RunResult:
         assert self.run_progress is not None
         return await resend_async(config, only, transport=self.transport,
-                                  progress=self.run_progress.apply, control=self.run_control,
-                                  env=self.env)
+                                  progress=self.run_events(self.run_progress),
+                                  control=self.run_control, env=self.env)
+
+    @staticmethod
+    def run_events(progress: RunProgress) -> ProgressCallback:
+        """The engine's progress callback for a run shown in the app: fold into `progress`.
+
+        Once the run has started, everything alive (the app, the release, the run's plan)
+        lives until the run ends, so it is frozen out of the garbage collector: otherwise each
+        full collection walks it all again, and on a 10,000-prompt run those pauses (up to a
+        quarter of a second each, several seconds in all) are the stalls a user sees. The run
+        worker's end unfreezes it.
+        """
+        def on_event(event: Event) -> None:
+            progress.apply(event)
+            if isinstance(event, RunStarted):
+                gc.freeze()
+
+        return on_event
 
     def report_worker_error(self, worker: Worker[Any]) -> str:
         """Show why a worker failed (every screen's failed workers come here); the message."""
@@ -127,12 +146,17 @@ class PqidApp(App[int]):
             message = self.report_worker_error(worker)
             if worker.group == "run":
                 self.run_error = message
+        if worker.group == "run" and worker.is_finished:
+            gc.unfreeze()  # the run's objects may now be garbage, cycles included
         if worker.group == "run" and worker.is_finished and self.run_config is not None:
             result = worker.result if event.state == WorkerState.SUCCESS else None
             self.post_message(RunEnded(str(self.run_config.output_dir),
                                        result.summary if result else None, self.run_error))
             if self._exit_after_run:
                 self.exit(0)
+
+    def on_unmount(self) -> None:
+        gc.unfreeze()  # an app that exits during a run leaves nothing frozen behind
 
     def on_run_ended(self, message: RunEnded) -> None:
         for screen in self.screen_stack:

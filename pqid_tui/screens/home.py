@@ -137,7 +137,10 @@ new run; **c** manages the keys each route would use.
         self.refresh_runs()
 
     def on_run_ended(self, message: RunEnded) -> None:
-        self.refresh_runs()
+        # Listing reads every run back in full (a 10,000-prompt run: seconds and about 100 MiB);
+        # under another screen nobody sees the list, and coming back here refreshes it anyway.
+        if self.is_active:
+            self.refresh_runs()
 
     def action_refresh(self) -> None:
         self.refresh_runs()

@@ -1,33 +1,39 @@
 """Benchmark: how fast the run monitor absorbs a flood of engine events, and how long frames wait.
 
-    python -m pqid_tui.bench_monitor [--prompts 2000] [--events 20000] [--batch 100]
+    python -m pqid_tui.bench.monitor [--prompts 2000] [--events 20000] [--batch 100]
 
-The monitor is fed exactly what the engine would send on the app's loop: one RunStarted with
-every prompt, then PromptStateChanged events as fast as the loop allows (a batch at a time,
-yielding to the loop between batches, as the engine's awaits do). It prints:
+The monitor is fed exactly what the engine would send on the app's loop, through the callback
+the app gives the engine (`PqidApp.run_events`): one RunStarted with every prompt, then
+PromptStateChanged events as fast as the loop allows (a batch at a time, yielding to the loop
+between batches, as the engine's awaits do). It prints:
 
 - feed time: how long producing and folding all events into the progress state took;
 - apply time: from the first event until the grid shows every prompt's final state;
 - flush cost: time spent in the grid's coalesced redraws (count, total, worst single flush);
 - frame delay: how late a 10 ms loop ticker fired (worst and 99th percentile), which is
   what a user feels as a stutter.
+
+The last line is `BENCH-JSON {...}` with these figures, for the benchmark table. Nothing here
+passes or fails on time; the exit status is 1 only when a row does not show its final state.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from engine.events import PromptStateChanged, RunStarted
+from engine.events import PromptState, PromptStateChanged, RunStarted
 from engine.runs import RunProgress
 
 TICK = 0.010
-STATES = ("in_flight", "retrying") * 4 + ("in_flight", "success")
+STATES: tuple[PromptState, ...] = ("in_flight", "retrying") * 4 + ("in_flight", "success")
 
 
 def events_for(prompt_ids: list[str], count: int) -> list[PromptStateChanged]:
@@ -35,7 +41,8 @@ def events_for(prompt_ids: list[str], count: int) -> list[PromptStateChanged]:
     out = []
     per_prompt = max(1, count // len(prompt_ids))
     for step in range(per_prompt):
-        state = STATES[min(step, len(STATES) - 1)] if step < per_prompt - 1 else "success"
+        state: PromptState = (STATES[min(step, len(STATES) - 1)] if step < per_prompt - 1
+                              else "success")
         for pid in prompt_ids:
             error = "rate_limited: HTTP 429: slow down" if state == "retrying" else None
             out.append(PromptStateChanged(pid, state, step // 2 + 1, error,
@@ -87,12 +94,13 @@ async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]
             await asyncio.sleep(0.05)
             grid = screen.query_one(RunGrid)
 
+            # The callback the app hands the engine for a run (run_worker_task).
+            sink = app.run_events(progress)
             start = time.perf_counter()
-            progress.apply(RunStarted("bench", "local", "bench-model", prompts, prompts, 0,
-                                      tuple(ids)))
+            sink(RunStarted("bench", "local", "bench-model", prompts, prompts, 0, tuple(ids)))
             for i in range(0, len(stream), batch):
                 for event in stream[i:i + batch]:
-                    progress.apply(event)
+                    sink(event)
                 await asyncio.sleep(0)
             fed = time.perf_counter() - start
 
@@ -110,6 +118,7 @@ async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]
             await asyncio.sleep(0.2)  # let a last render land before stopping the ticker
             stop.set()
             await tick_task
+            gc.unfreeze()  # what the end of the run worker does in the app
             wrong = [pid for i, pid in enumerate(ids) if grid.line_text(i)[2] != final[pid]]
     lags_ms = sorted(x * 1000 for x in lags)
     return {
@@ -125,7 +134,7 @@ async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pqid_tui.bench_monitor",
+    parser = argparse.ArgumentParser(prog="python -m pqid_tui.bench.monitor",
                                      description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--prompts", type=int, default=2000)
     parser.add_argument("--events", type=int, default=20000)
@@ -144,6 +153,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  frame delay (10 ms ticker lateness): worst {r['frame_delay_worst_ms']:.1f} ms, "
           f"p99 {r['frame_delay_p99_ms']:.1f} ms, median {r['frame_delay_median_ms']:.2f} ms")
     print(f"  rows not showing their final state at the end: {r['rows_wrong_at_end']}")
+    figures = {
+        "prompts": r["prompts"], "events": r["events"], "batch": r["batch"],
+        "size": f"{args.width}x{args.height}", "headless": True,
+        "feed_s": round(r["feed_seconds"], 4), "apply_s": round(r["apply_seconds"], 4),
+        "flushes": r["flushes"], "flush_total_s": round(r["flush_total_seconds"], 4),
+        "flush_worst_ms": round(r["flush_worst_ms"], 2),
+        "worst_frame_ms": round(r["frame_delay_worst_ms"], 2),
+        "p99_frame_ms": round(r["frame_delay_p99_ms"], 2),
+        "median_frame_ms": round(r["frame_delay_median_ms"], 3),
+        "rows_wrong": r["rows_wrong_at_end"],
+    }
+    print("BENCH-JSON " + json.dumps(figures, sort_keys=True))
     return 0 if r["rows_wrong_at_end"] == 0 else 1
 
 
