@@ -101,6 +101,8 @@ class Flusher:
         self._closing = False
         self.flushes = 0
         self.waits = 0
+        self.started = 0  # flushes begun; a write finished when this read s is durable once
+        self.completed = 0  # ... `completed` (flushes ended without error) reaches s + 1
         self._thread = threading.Thread(target=self._run, name="pqid-flush", daemon=True)
         self._thread.start()
 
@@ -121,6 +123,8 @@ class Flusher:
                 if not self._waiting:
                     return
                 batch, self._waiting = self._waiting, []
+                self.started += 1
+                number = self.started
             failure: OSError | None = None
             try:
                 if _SYNCFS is None or _SYNCFS(self._anchor) != 0:
@@ -130,6 +134,9 @@ class Flusher:
                 failure = exc
             self.flushes += 1
             self.waits += len(batch)
+            if failure is None:
+                with self._cond:
+                    self.completed = max(self.completed, number)
             try:
                 self._loop.call_soon_threadsafe(_settle, batch, failure)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
@@ -168,6 +175,15 @@ def _temporary(path: Path) -> str:
     return str(path.with_name(f".{path.name}.{os.getpid()}.{next(_COUNTER)}.tmp"))
 
 
+class Prepared:
+    """A record written ahead to its temporary file, waiting to be renamed into place."""
+
+    __slots__ = ("data", "fd", "path", "started", "tmp")
+
+    def __init__(self, path: Path, data: bytes, tmp: str, fd: int, started: int) -> None:
+        self.path, self.data, self.tmp, self.fd, self.started = path, data, tmp, fd, started
+
+
 class Journal:
     """Durable writes for one run directory, used from one event loop."""
 
@@ -177,7 +193,9 @@ class Journal:
         self._append_fds: dict[Path, int] = {}
         self._dir_fds: dict[Path, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._prepared: dict[Path, Prepared] = {}
         self.failure: BaseException | None = None
+        self.prepared_used = 0
 
     def _flush(self, fds: Sequence[int]) -> asyncio.Future[None]:
         if self._flusher is None:
@@ -199,15 +217,53 @@ class Journal:
 
     # -- the critical path --------------------------------------------------------------------
     async def replace_now(self, path: Path, data: bytes) -> None:
-        """Atomically replace `path` with `data`; return once the new file is durable."""
-        tmp = _temporary(path)
-        fd = _open_new(tmp, data)
+        """Atomically replace `path` with `data`; return once the new file is durable.
+
+        If the same bytes were prepared earlier (`prepare`) and a flush has begun since, the
+        temporary file is durable already and only its rename waits for a flush."""
+        prepared = self._prepared.pop(path, None)
+        if prepared is not None and prepared.data != data:
+            self._discard(prepared)
+            prepared = None
+        if prepared is None:
+            tmp = _temporary(path)
+            fd = _open_new(tmp, data)
+            started = -1
+        else:
+            tmp, fd, started = prepared.tmp, prepared.fd, prepared.started
         try:
-            await self._flush([fd])
+            flusher = self._flusher
+            if started < 0 or flusher is None or _SYNCFS is None or \
+                    flusher.completed < started + 1:
+                await self._flush([fd])
+            else:
+                self.prepared_used += 1
         finally:
             os.close(fd)
         os.replace(tmp, path)
         await self._flush([self._dir_fd(path.parent)])
+
+    def prepare(self, path: Path, data: bytes) -> None:
+        """Write what `replace_now(path, data)` will write to its temporary file now, so that
+        the flushes of other writes make it durable before it is needed."""
+        if path in self._prepared or self.failure is not None:
+            return
+        try:
+            tmp = _temporary(path)
+            fd = _open_new(tmp, data)
+        except OSError:
+            return  # replace_now will meet (and report) the same problem
+        if self._flusher is None:
+            self._flusher = Flusher(self.root, asyncio.get_running_loop())
+        with self._flusher._cond:
+            started = self._flusher.started
+        self._prepared[path] = Prepared(path, data, tmp, fd, started)
+
+    def _discard(self, prepared: Prepared) -> None:
+        with contextlib.suppress(OSError):
+            os.close(prepared.fd)
+        with contextlib.suppress(OSError):
+            os.unlink(prepared.tmp)
 
     # -- after an answer ----------------------------------------------------------------------
     def commit_later(self, group: Group, on_durable: Callable[[], None] | None = None
@@ -263,6 +319,9 @@ class Journal:
             raise self.failure
 
     def close(self) -> None:
+        for prepared in self._prepared.values():  # prompts that were not sent after all
+            self._discard(prepared)
+        self._prepared.clear()
         if self._flusher is not None:
             self._flusher.close()
             self._flusher = None
@@ -275,7 +334,8 @@ class Journal:
     def stats(self) -> dict[str, Any]:
         flusher = self._flusher
         return {"flushes": flusher.flushes if flusher else 0,
-                "waits": flusher.waits if flusher else 0, "syncfs": _SYNCFS is not None}
+                "waits": flusher.waits if flusher else 0,
+                "prepared_records_used": self.prepared_used, "syncfs": _SYNCFS is not None}
 
 
-__all__ = ["Flusher", "Group", "Journal"]
+__all__ = ["Flusher", "Group", "Journal", "Prepared"]

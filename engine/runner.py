@@ -167,6 +167,8 @@ class LiveRun:
         self.journal: Journal | None = None
         self.governor = Governor(config.concurrency)
         self._tracked = False  # whether _reconciled follows every write (the live path)
+        # in_flight records written ahead: prompt -> (attempt, path, bytes)
+        self._ahead: dict[str, tuple[int, Path, bytes]] = {}
         self.tally = _Tally()
         self._pace_lock = asyncio.Lock()
         self._last_start = 0.0
@@ -312,7 +314,30 @@ class LiveRun:
             await self.control.wait_running()
             if self._halted() or not queue:
                 return
-            await self._send_prompt(sender, queue.popleft())
+            req = queue.popleft()
+            self._prepare_ahead(queue)
+            await self._send_prompt(sender, req)
+
+    def _in_flight_record(self, req: PlannedRequest, attempt: int) -> dict[str, Any]:
+        assert self._reconciled is not None
+        return {"prompt_id": req.prompt_id, "state": IN_FLIGHT, "attempt": attempt,
+                "attempts": attempt, "request_sha256": req.sha256,
+                "last_error": self._reconciled.statuses[req.prompt_id].last_error}
+
+    def _prepare_ahead(self, queue: collections.deque[PlannedRequest]) -> None:
+        """Write the in_flight record of a prompt about a round trip ahead in the queue to its
+        temporary file, so the flushes in between make it durable before it is needed."""
+        if not queue or self._reconciled is None:
+            return
+        req = queue[min(len(queue), self.config.concurrency) - 1]
+        if req.prompt_id in self._ahead:
+            return
+        status = self._reconciled.statuses[req.prompt_id]
+        if status.state == "uncertain":
+            return  # its history line comes first; written the usual way
+        path, data = self.run_dir.record_bytes(self._in_flight_record(req, status.attempts + 1))
+        self._ahead[req.prompt_id] = (status.attempts + 1, path, data)
+        self._live_journal.prepare(path, data)
 
     async def _pace(self) -> None:
         if self.config.sleep_seconds <= 0:
@@ -351,11 +376,12 @@ class LiveRun:
                 self.governor.failed()
                 return
             attempt += 1
-            record = {"prompt_id": req.prompt_id, "state": IN_FLIGHT, "attempt": attempt,
-                      "attempts": attempt, "request_sha256": req.sha256,
-                      "last_error": status.last_error}
+            record = self._in_flight_record(req, attempt)
+            ahead = self._ahead.pop(req.prompt_id, None)
+            path, data = (ahead[1:] if ahead is not None and ahead[0] == attempt
+                          else self.run_dir.record_bytes(record))
             try:
-                await self._live_journal.replace_now(*self.run_dir.record_bytes(record))
+                await self._live_journal.replace_now(path, data)
             except OSError as exc:
                 self.governor.failed()
                 self._live_journal.failure = self._live_journal.failure or exc
