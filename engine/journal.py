@@ -34,11 +34,15 @@ import itertools
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 _COUNTER = itertools.count()
+# How long the writes that follow an answer may wait for a flush some in_flight record needs
+# anyway (they are not on anyone's critical path); every flush then serves both.
+LAZY_SECONDS = 0.02
 
 
 def _syncfs_function() -> Callable[[int], int] | None:
@@ -99,6 +103,8 @@ class Flusher:
         self._cond = threading.Condition()
         self._waiting: list[tuple[asyncio.Future[None], Sequence[int]]] = []
         self._closing = False
+        self._urgent = False
+        self._lazy_since: float | None = None
         self.flushes = 0
         self.waits = 0
         self.started = 0  # flushes begun; a write finished when this read s is durable once
@@ -106,23 +112,40 @@ class Flusher:
         self._thread = threading.Thread(target=self._run, name="pqid-flush", daemon=True)
         self._thread.start()
 
-    def flush(self, fds: Sequence[int]) -> asyncio.Future[None]:
+    def flush(self, fds: Sequence[int], *, urgent: bool = True) -> asyncio.Future[None]:
         """Durable once the future is done: every write so far, at least those to `fds` (the
-        descriptors are used when `syncfs` is not available; keep them open until then)."""
+        descriptors are used when `syncfs` is not available; keep them open until then).
+        A flush that is not `urgent` may wait up to LAZY_SECONDS for an urgent one to share."""
         done: asyncio.Future[None] = self._loop.create_future()
         with self._cond:
             self._waiting.append((done, fds))
+            if urgent:
+                self._urgent = True
+            elif self._lazy_since is None:
+                self._lazy_since = time.monotonic()
             self._cond.notify()
         return done
+
+    def _due(self) -> float | None:
+        """0 when a flush is due now, else seconds until one is (None: nothing waits)."""
+        if self._urgent or (self._closing and self._waiting):
+            return 0.0
+        if self._lazy_since is None:
+            return None
+        return max(0.0, self._lazy_since + LAZY_SECONDS - time.monotonic())
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._waiting and not self._closing:
-                    self._cond.wait()
-                if not self._waiting:
-                    return
+                while True:
+                    due = self._due()
+                    if due == 0.0:
+                        break
+                    if due is None and self._closing:
+                        return
+                    self._cond.wait(due)
                 batch, self._waiting = self._waiting, []
+                self._urgent, self._lazy_since = False, None
                 self.started += 1
                 number = self.started
             failure: OSError | None = None
@@ -197,10 +220,10 @@ class Journal:
         self.failure: BaseException | None = None
         self.prepared_used = 0
 
-    def _flush(self, fds: Sequence[int]) -> asyncio.Future[None]:
+    def _flush(self, fds: Sequence[int], *, urgent: bool = True) -> asyncio.Future[None]:
         if self._flusher is None:
             self._flusher = Flusher(self.root, asyncio.get_running_loop())
-        return self._flusher.flush(fds)
+        return self._flusher.flush(fds, urgent=urgent)
 
     def _dir_fd(self, directory: Path) -> int:
         fd = self._dir_fds.get(directory)
@@ -285,7 +308,7 @@ class Journal:
             fds = [_open_new(path, data) for path, data in group.created]
             fds += [self._dir_fd(d) for d in {path.parent for path, _ in group.created}]
             try:
-                await self._flush(fds)
+                await self._flush(fds, urgent=False)
             finally:
                 for fd in fds[:len(group.created)]:
                     os.close(fd)
@@ -297,7 +320,7 @@ class Journal:
         temporaries = [(_temporary(path), path, data) for path, data in group.files]
         fds = [_open_new(tmp, data) for tmp, _, data in temporaries]
         try:
-            await self._flush(touched + fds)
+            await self._flush(touched + fds, urgent=False)
         finally:
             for fd in fds:
                 os.close(fd)
