@@ -219,6 +219,9 @@ class Journal:
         self._prepared: dict[Path, Prepared] = {}
         self.failure: BaseException | None = None
         self.prepared_used = 0
+        self.record_waits = 0
+        self.record_wait_seconds = 0.0
+        self.flushes = 0
 
     def _flush(self, fds: Sequence[int], *, urgent: bool = True) -> asyncio.Future[None]:
         if self._flusher is None:
@@ -254,6 +257,7 @@ class Journal:
             started = -1
         else:
             tmp, fd, started = prepared.tmp, prepared.fd, prepared.started
+        waited = time.monotonic()
         try:
             flusher = self._flusher
             if started < 0 or flusher is None or _SYNCFS is None or \
@@ -265,6 +269,8 @@ class Journal:
             os.close(fd)
         os.replace(tmp, path)
         await self._flush([self._dir_fd(path.parent)])
+        self.record_waits += 1
+        self.record_wait_seconds += time.monotonic() - waited
 
     def prepare(self, path: Path, data: bytes) -> None:
         """Write what `replace_now(path, data)` will write to its temporary file now, so that
@@ -347,6 +353,7 @@ class Journal:
         self._prepared.clear()
         if self._flusher is not None:
             self._flusher.close()
+            self.flushes = self._flusher.flushes
             self._flusher = None
         for fd in (*self._append_fds.values(), *self._dir_fds.values()):
             with contextlib.suppress(OSError):
@@ -355,10 +362,14 @@ class Journal:
         self._dir_fds.clear()
 
     def stats(self) -> dict[str, Any]:
-        flusher = self._flusher
-        return {"flushes": flusher.flushes if flusher else 0,
-                "waits": flusher.waits if flusher else 0,
-                "prepared_records_used": self.prepared_used, "syncfs": _SYNCFS is not None}
+        """How the durable writes went: flushes, and how long requests waited for theirs."""
+        flushes = self._flusher.flushes if self._flusher else self.flushes
+        mean = self.record_wait_seconds / self.record_waits if self.record_waits else None
+        return {"flushes": flushes,
+                "flush": "syncfs" if _SYNCFS is not None else "fsync per file",
+                "in_flight_records": self.record_waits,
+                "in_flight_records_written_ahead": self.prepared_used,
+                "mean_wait_ms": round(mean * 1000, 2) if mean is not None else None}
 
 
 __all__ = ["Flusher", "Group", "Journal", "Prepared"]

@@ -167,6 +167,7 @@ class LiveRun:
         self.journal: Journal | None = None
         self.governor = Governor(config.concurrency)
         self._tracked = False  # whether _reconciled follows every write (the live path)
+        self._write_stats: dict[str, Any] | None = None
         # in_flight records written ahead: prompt -> (attempt, path, bytes)
         self._ahead: dict[str, tuple[int, Path, bytes]] = {}
         self.tally = _Tally()
@@ -279,6 +280,7 @@ class LiveRun:
                 write_failure = exc
             finally:
                 self.journal.close()
+                self._write_stats = self.journal.stats()
                 self.journal = None
             if write_failure is not None:
                 raise RunWriteError(
@@ -591,6 +593,7 @@ class LiveRun:
             "elapsed_seconds": round(time.time() - self.tally.started, 3),
         })
         summary["rate_control"] = None if self.config.batch_api else self.governor.state()
+        summary["durable_writes"] = self._write_stats
         with contextlib.suppress(OSError):
             self.run_dir.write_summary(summary)
         return summary
