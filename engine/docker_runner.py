@@ -7,10 +7,12 @@ remote engine works the same). `LocalEvaluatorRunner` speaks the same protocol t
 `python -m evaluator serve` on the host and exists for tests; the product never uses it.
 
 The protocol (JSON lines): the runner writes a config line, one item line per prompt, then
-closes stdin; the evaluator answers `hello`, then `started` and `evaluation` per item, then
-`done` (or `fatal`). When the evaluator dies before `done`, the items it finished are kept,
-the item it was running is scored as an execution error ("the evaluator was killed"), and the
-rest go to a fresh evaluator, so that one response cannot take the others down.
+closes stdin; the evaluator answers `hello`, then `started` and `evaluation` per item (both in
+item order; an item may start before the previous one's evaluation, which is still being
+graded), then `done` (or `fatal`). When the evaluator dies before `done`, the items it finished
+are kept, the item it was running is scored as an execution error ("the evaluator was
+killed"; several in progress are first run again one by one to find it), and the rest go to a
+fresh evaluator, so that one response cannot take the others down.
 """
 
 from __future__ import annotations
@@ -327,7 +329,10 @@ def _run_session(session: _Session, batch: Sequence[EvaluationItem], config: Eva
                         outcome.item_timing[evaluation["prompt_id"]] = timing
                     _accept(evaluation, outcome, on_line, position, total)
             elif kind == "done":
+                # Nothing follows: the session is closed (a container removed) without
+                # waiting for the evaluator's orderly exit, which only tidies up inside it.
                 result.done = True
+                break
             elif kind == "fatal":
                 result.fatal = str(message.get("message"))
         writer.join(timeout=5)
@@ -336,7 +341,8 @@ def _run_session(session: _Session, batch: Sequence[EvaluationItem], config: Eva
         if not result.done:
             with contextlib.suppress(Exception):
                 session.kill()
-        result.ending = "wall-clock limit exceeded" if result.timed_out else session.ending()
+            result.ending = ("wall-clock limit exceeded" if result.timed_out
+                             else session.ending())
         outcome.stderr_tail = session.stderr_tail()
         return result
     finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import gc
+import importlib
 import io
 import math
 import os
@@ -138,8 +139,6 @@ class _Capture:
 
 def _preload() -> dict[str, str | None]:
     """Import Qiskit and what it loads lazily; return the versions found."""
-    import importlib
-
     for name in _PRELOAD:
         importlib.import_module(name)
     versions: dict[str, str | None] = {}
@@ -568,10 +567,20 @@ def main() -> int:
     ):
         os.environ.setdefault(name, _CHILD_ENV[name])
     processes.make_undumpable()
+    # Done once here rather than in every child.
+    processes.prepare_confinement()
     proto_in, proto_out = _take_protocol_fds()
     # The launch directory is on sys.path under -m; a snippet could plant modules there.
     sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+    began = time.perf_counter()
+    importlib.import_module("qiskit")
+    imported = time.perf_counter()
     versions = _preload()
+    timing = {
+        "qiskit_import_seconds": imported - began,
+        "preload_seconds": time.perf_counter() - began,
+        "import_began_at": time.time() - (time.perf_counter() - began),
+    }
     # Objects that exist now are never collected: forked children then leave their pages
     # shared instead of copying them when the collector walks the heap.
     gc.freeze()
@@ -582,7 +591,13 @@ def main() -> int:
         proto_out,
         [
             wire.encode_json(
-                {"type": "ready", "pid": os.getpid(), "optional": versions, "temp_root": temp_root}
+                {
+                    "type": "ready",
+                    "pid": os.getpid(),
+                    "optional": versions,
+                    "temp_root": temp_root,
+                    "timing": {**timing, "ready_at": time.time()},
+                }
             )
         ],
     )

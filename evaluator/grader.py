@@ -11,6 +11,7 @@ import argparse
 import os
 import resource
 import sys
+import time
 from typing import Any
 
 from evaluator import processes, wire
@@ -60,12 +61,20 @@ def main(argv: list[str] | None = None) -> int:
     os.close(null)
     sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
 
+    began = time.perf_counter()
     from evaluator.grading import Grader
 
+    seconds = time.perf_counter() - began
     grader = Grader()
     _limit_memory(args.memory_mb)
     reader = wire.FrameReader(proto_in)
-    wire.send_frames(proto_out, [wire.encode_json({"type": "ready", "pid": os.getpid()})])
+    timing = {
+        "import_seconds": seconds,
+        "import_began_at": time.time() - (time.perf_counter() - began),
+        "ready_at": time.time(),
+    }
+    ready = {"type": "ready", "pid": os.getpid(), "timing": timing}
+    wire.send_frames(proto_out, [wire.encode_json(ready)])
     while True:
         try:
             raw = reader.read()
@@ -76,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
             request: Any = wire.decode_json(raw)
             if not isinstance(request, dict):
                 raise ValueError("request is not an object")
+            received = time.perf_counter()
             for stage in grader.grade(request, data):
+                # The time spent on this circuit so far (it is what a grade costs).
+                stage["seconds"] = time.perf_counter() - received
                 wire.send_frames(proto_out, [wire.encode_json(stage)])
         except wire.PeerClosed:
             return 0

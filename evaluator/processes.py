@@ -19,6 +19,7 @@ __all__ = [
     "confine_to_self",
     "is_dumpable",
     "make_undumpable",
+    "prepare_confinement",
     "reap_children",
     "scan_processes",
     "sweep",
@@ -42,10 +43,34 @@ _FOREIGN_PROCESS_SYSCALLS: dict[str, tuple[int, dict[int, int]]] = {
 _X32_SYSCALL_BIT = 0x40000000
 
 
+# The C library and the seccomp program's fixed parts, made once per process: a forking parent
+# prepares them (`prepare_confinement`), so that each child only fills in its own pid.
+_LIBC: list[ctypes.CDLL | None] = []
+_FILTER: list[tuple[bytes, list[tuple[bytes, bytes]], bytes] | None] = []
+
+
+class _SockFprog(ctypes.Structure):
+    """struct sock_fprog: a classic BPF program for PR_SET_SECCOMP."""
+
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _libc() -> ctypes.CDLL | None:
+    """The C library, loaded once (None where it cannot be)."""
+    if not _LIBC:
+        try:
+            _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        except OSError:
+            _LIBC.append(None)
+    return _LIBC[0]
+
+
 def _prctl(option: int, arg: int = 0) -> int:
     """Call prctl(2); returns -1 where it is unavailable."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = _libc()
+        if libc is None:
+            return -1
         result: int = libc.prctl(
             ctypes.c_int(option),
             ctypes.c_ulong(arg),
@@ -68,6 +93,45 @@ def _bpf(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
+_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_ALLOW, _DENY = 0x7FFF0000, 0x00050000 | errno.EPERM
+
+
+def prepare_confinement() -> None:
+    """Load the C library and build the filter's fixed parts now, before forking children."""
+    libc = _libc()
+    if libc is not None:
+        getattr(libc, "prctl", None)  # the function pointer is cached on the handle
+    if _FILTER:
+        return
+    known = _FOREIGN_PROCESS_SYSCALLS.get(platform.machine())
+    if known is None:
+        _FILTER.append(None)
+        return
+    arch, syscalls = known
+    head = b"".join(
+        [
+            _bpf(_LD_W_ABS, 4),  # seccomp_data.arch
+            _bpf(_JEQ_K, arch, jt=1),
+            _bpf(_RET_K, _DENY),
+            _bpf(_LD_W_ABS, 0),  # seccomp_data.nr
+            _bpf(_JGE_K, _X32_SYSCALL_BIT, jf=1),
+            _bpf(_RET_K, _DENY),
+        ]
+    )
+    # Per syscall: is it this one; its pid argument 0 or our own pid (filled in per process)?
+    blocks = [
+        (
+            _bpf(_JEQ_K, number, jf=5)
+            + _bpf(_LD_W_ABS, 16 + 8 * argument)  # low 32 bits of seccomp_data.args[argument]
+            + _bpf(_JEQ_K, 0, jt=1),
+            _bpf(_RET_K, _ALLOW) + _bpf(_RET_K, _DENY),
+        )
+        for number, argument in syscalls.items()
+    ]
+    _FILTER.append((head, blocks, _bpf(_RET_K, _ALLOW)))
+
+
 def confine_to_self() -> bool:
     """Forbid, by a seccomp filter, changing the limits or scheduling of another process.
 
@@ -78,42 +142,19 @@ def confine_to_self() -> bool:
     EPERM otherwise, and fails every syscall of a foreign ABI (i386, x32) that could bypass
     it. It is inherited by every child and survives exec. Returns whether it is in place.
     """
-    known = _FOREIGN_PROCESS_SYSCALLS.get(platform.machine())
-    if known is None:
+    prepare_confinement()
+    parts = _FILTER[0]
+    libc = _libc()
+    if parts is None or libc is None:
         return False
-    arch, syscalls = known
-    ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
-    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM
-    program = [
-        _bpf(ld_w_abs, 4),  # seccomp_data.arch
-        _bpf(jeq_k, arch, jt=1),
-        _bpf(ret_k, deny),
-        _bpf(ld_w_abs, 0),  # seccomp_data.nr
-        _bpf(jge_k, _X32_SYSCALL_BIT, jf=1),
-        _bpf(ret_k, deny),
-    ]
-    own = os.getpid()
-    for number, argument in syscalls.items():
-        program += [
-            _bpf(jeq_k, number, jf=5),
-            _bpf(ld_w_abs, 16 + 8 * argument),  # low 32 bits of seccomp_data.args[argument]
-            _bpf(jeq_k, 0, jt=1),
-            _bpf(jeq_k, own, jf=1),
-            _bpf(ret_k, allow),
-            _bpf(ret_k, deny),
-        ]
-    program.append(_bpf(ret_k, allow))
-    code = b"".join(program)
+    head, blocks, tail = parts
+    own = _bpf(_JEQ_K, os.getpid(), jf=1)
+    code = b"".join([head, *(before + own + after for before, after in blocks), tail])
     buffer = ctypes.create_string_buffer(code, len(code))
-
-    class _Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    fprog = _Program(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+    fprog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     if _prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:  # required to install a filter unprivileged
         return False
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
         result: int = libc.prctl(
             _PR_SET_SECCOMP,
             ctypes.c_ulong(_SECCOMP_MODE_FILTER),
@@ -172,13 +213,39 @@ def scan_processes() -> dict[int, ProcInfo]:
         fields = raw[close + 2 :].split()
         if len(fields) < 4:
             continue
+        state = fields[0].decode("ascii", "replace")
+        if state == "Z":
+            state = _live_thread_state(name) or state
         table[int(name)] = ProcInfo(
             pid=int(name),
             ppid=int(fields[1]),
             sid=int(fields[3]),
-            state=fields[0].decode("ascii", "replace"),
+            state=state,
         )
     return table
+
+
+def _live_thread_state(pid: str) -> str | None:
+    """The state of a thread still running in a process whose main thread has exited.
+
+    Such a process shows as a zombie in /proc/<pid>/stat while its other threads run on (and
+    a signal to it still reaches them), so a sweep that trusted that state would spare it.
+    """
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/stat", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            continue
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        state = fields[0].decode("ascii", "replace") if fields else "Z"
+        if state not in ("Z", "X", "x"):
+            return state
+    return None
 
 
 def _descendants(root: int, table: dict[int, ProcInfo]) -> set[int]:

@@ -13,17 +13,23 @@ Protocol (stdin, JSON lines, read to EOF before anything is scored)::
 
 Protocol (stdout, JSON lines, written only here)::
 
-    {"type": "hello", "evaluator_version": "...", "environment": {...}}
+    {"type": "hello", "evaluator_version": "...", "environment": {...}, "timing": {...}}
     {"type": "started", "prompt_id": "...", "index": 0, "total": n}     # per item
-    {"type": "evaluation", "evaluation": {...}}                          # per item
+    {"type": "evaluation", "evaluation": {...}, "timing": {...}}         # per item
     {"type": "done", "count": n}
+
+Items start and finish in input order, at most two in progress at once: item n's `started`
+comes when its snippet is about to run, which may be before item n - 1's `evaluation` (still
+with the grader). `timing` is not part of the evaluation: in `hello`, the supervisor's start
+and readiness (wall-clock seconds since the epoch) and each worker's import times; per item,
+the forked child's lifetime from fork to reaping (`child_ms`), the snippet's own run inside it
+(`snippet_ms`) and the grader's time on the circuit (`grade_ms`), null where not reached.
 
 A malformed input line yields ``{"type": "fatal", "message": "..."}`` and exit status 2.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import platform
@@ -33,8 +39,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import IO, Any
 
 import evaluator
@@ -66,6 +74,12 @@ _WORKER_ENV = {
     # Never read ~/.qiskit/settings.conf: nothing a snippet wrote may configure a worker.
     "QISKIT_IGNORE_USER_SETTINGS": "TRUE",
 }
+# Items started and not yet reported: how far the executor may run ahead of the grader.
+_MAX_IN_PROGRESS = 8
+# Circuits waiting for the grader may hold at most this much QPY before snippets wait too.
+_MAX_WAITING = 64 << 20
+# A request sent while the grader is busy must fit in the pipe (64 KiB), or sending would stall.
+_SEND_AHEAD = 32 << 10
 # Directories a snippet can write to in the container (everything else is read-only); what it
 # leaves there is removed after each item, so it cannot fill them for the items that follow.
 _SCRATCH_DIRS = ("/dev/shm", "/dev/mqueue")
@@ -177,6 +191,10 @@ def read_job(lines: Iterable[str]) -> tuple[Config, list[Item]]:
 
 def environment() -> dict[str, str | None]:
     """Exact versions of the interpreter and the libraries a score depends on."""
+    # Imported here: it takes longer than the rest of the supervisor's imports together, and
+    # the supervisor starts its workers first.
+    import importlib.metadata
+
     found: dict[str, str | None] = {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
@@ -278,6 +296,15 @@ class Worker:
             return self.reader.read(deadline, limit)
         except wire.PeerTimeout:
             raise WorkerTimeout(f"the {self.name} did not answer in time") from None
+        except wire.WireError as exc:
+            raise WorkerError(f"the {self.name} died ({self.describe_exit()}; {exc})") from None
+
+    def poll(self, limit: int) -> bytes | None:
+        """A frame that has fully arrived, or None; never waits."""
+        if self.reader is None:
+            raise WorkerError(f"the {self.name} is not running")
+        try:
+            return self.reader.poll(limit)
         except wire.WireError as exc:
             raise WorkerError(f"the {self.name} died ({self.describe_exit()}; {exc})") from None
 
@@ -393,16 +420,57 @@ class _Run:
     stderr: str = ""
     stderr_truncated: bool = False
     child_pid: int | None = None
+    child_ms: float | None = None
+    exec_ms: float | None = None
+
+
+@dataclass
+class _Pending:
+    """An item between its snippet's run and its evaluation.
+
+    `evaluation` is set when nothing is left to grade; otherwise the circuit (`run.qpy`) waits
+    for the grader, and `structure` keeps the structural verdict as soon as it arrives.
+    """
+
+    item: Item
+    started: float
+    common: dict[str, Any]
+    run: _Run = field(default_factory=_Run)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    evaluation: dict[str, Any] | None = None
+    structure: dict[str, Any] | None = None
+    deadline: float = 0.0
+    timing: dict[str, Any] = field(
+        default_factory=lambda: {"child_ms": None, "snippet_ms": None, "grade_ms": None}
+    )
+
+    def finish(self, **values: Any) -> dict[str, Any]:
+        """The canonical evaluation, timed from the start of the item."""
+        values.setdefault("duration_ms", round((time.monotonic() - self.started) * 1000))
+        self.evaluation = make_evaluation(**self.common, **values)
+        return self.evaluation
 
 
 class Supervisor:
-    """Scores items one after another with an executor and a grader."""
+    """Scores items in order with an executor and a grader, two stages in a pipeline.
 
-    def __init__(self, config: Config, *, container: bool, out: IO[str]) -> None:
+    Snippets run one at a time, each followed by the sweep and the scratch clean-up, exactly
+    as if nothing else were running. What overlaps is trusted work: while the executor runs
+    item n's snippet, the grader judges item n - 1's circuit, so both cores are busy. A snippet
+    runs as the same uid as the grader, so it could kill, stop or starve it; a grade that
+    fails while a snippet ran beside it is therefore done again with nothing else running, and
+    no response can change another's score.
+    """
+
+    def __init__(
+        self, config: Config, *, container: bool, out: IO[str], started_at: float | None = None
+    ) -> None:
         self.config = config
         self.container = container
         self.out = out
-        self.environment = environment()
+        self.started_at = time.time() if started_at is None else started_at
+        self.workers_started_at: float | None = None
+        self._environment: dict[str, str | None] | None = None
         # Not the temporary directory: `python -m` puts the working directory first on
         # sys.path, and a snippet (same uid) could plant an `evaluator` package there that a
         # restarted grader would then import. The root directory is never writable by us.
@@ -419,12 +487,24 @@ class Supervisor:
         safe_path = ["-P"] if sys.version_info >= (3, 11) else []
         python = [sys.executable, "-s", *safe_path, "-m"]
         self.executor = Worker("executor", [*python, "evaluator.executor"], env, cwd)
+        # Circuits waiting for the grader, and those it holds (answers come back in order).
+        self._waiting: deque[_Pending] = deque()
+        self._grading: deque[_Pending] = deque()
+        self._head_since = 0.0  # when the grader began on the first circuit it holds
+        self._holder: subprocess.Popen[bytes] | None = None  # the grader process holding them
         self.grader = Worker(
             "grader",
             [*python, "evaluator.grader", "--memory-mb", str(config.memory_mb)],
             env,
             cwd,
         )
+
+    @property
+    def environment(self) -> dict[str, str | None]:
+        """Exact versions of what scores depend on (looked up once, while the workers start)."""
+        if self._environment is None:
+            self._environment = environment()
+        return self._environment
 
     def emit(self, message: dict[str, Any]) -> None:
         """Write one protocol line to stdout."""
@@ -437,14 +517,29 @@ class Supervisor:
         self.grader.stop(grace=2.0)
         self._sweep(())
 
+    def _startup_timing(self) -> dict[str, Any]:
+        """When this process started and what each worker's imports took (seconds)."""
+        timing: dict[str, Any] = {
+            "started_at": self.started_at,
+            "workers_started_at": self.workers_started_at,
+            "ready_at": time.time(),
+        }
+        for worker in (self.executor, self.grader):
+            found = worker.hello.get("timing")
+            timing[worker.name] = found if isinstance(found, dict) else None
+        return timing
+
     def run(self, items: list[Item]) -> None:
-        """Score every item and report each one."""
+        """Score every item and report each one, in order."""
         # Both interpreters import Qiskit at the same time, while the first item is prepared.
+        self.workers_started_at = time.time()
         for worker in (self.executor, self.grader):
             try:
                 worker.start()
             except OSError as exc:
                 print(f"evaluator: could not start the {worker.name}: {exc}", file=sys.stderr)
+        if self._environment is None:  # looked up while the workers import
+            self._environment = environment()
         # Waiting here keeps start-up time out of the first item's duration. A failure is
         # only reported: each item tries again and records its own error.
         for worker in (self.executor, self.grader):
@@ -457,9 +552,16 @@ class Supervisor:
                 "type": "hello",
                 "evaluator_version": evaluator.__version__,
                 "environment": self.environment,
+                "timing": self._startup_timing(),
             }
         )
+        self._waiting.clear()
+        self._grading.clear()
+        unreported: deque[_Pending] = deque()  # in item order
         for index, item in enumerate(items):
+            # Bounded: a grader that falls behind holds the snippets back.
+            while len(unreported) >= _MAX_IN_PROGRESS or self._waiting_bytes() > _MAX_WAITING:
+                self._settle(unreported)
             self.emit(
                 {
                     "type": "started",
@@ -468,21 +570,61 @@ class Supervisor:
                     "total": len(items),
                 }
             )
-            try:
-                evaluation = self.evaluate(item)
-            except Exception as exc:
-                # A bug of ours must cost one item, not the job.
-                print(f"evaluator: internal error on {item.prompt_id!r}: {exc!r}", file=sys.stderr)
-                evaluation = make_evaluation(
-                    prompt_id=item.prompt_id,
-                    category="execution_error",
-                    execution_ok=False,
-                    circuit_found=False,
-                    error=short_error("EvaluatorError", f"internal error: {exc!r}"),
-                    environment=self.environment,
-                )
-            self.emit({"type": "evaluation", "evaluation": evaluation})
+            current = self._guarded(item, partial(self._run_snippet, item))
+            unreported.append(current)
+            if current.evaluation is None:
+                self._waiting.append(current)
+            self._pump(block=False)
+            self._report_ready(unreported)
+        while unreported:
+            self._settle(unreported)
         self.emit({"type": "done", "count": len(items)})
+
+    def _guarded(self, item: Item, step: Callable[[], _Pending]) -> _Pending:
+        """Run one step of an item; a bug of ours costs that item, not the job."""
+        try:
+            return step()
+        except Exception as exc:
+            print(f"evaluator: internal error on {item.prompt_id!r}: {exc!r}", file=sys.stderr)
+            try:
+                self._sweep(())  # whatever the step was, no snippet process may outlive it
+            except Exception as again:
+                print(f"evaluator: the sweep failed too: {again!r}", file=sys.stderr)
+            failed = _Pending(item=item, started=time.monotonic(), common={})
+            self._fail_internally(failed, exc)
+            return failed
+
+    def _fail_internally(self, pending: _Pending, exc: Exception) -> None:
+        """The evaluation of an item that a bug of ours stopped."""
+        pending.evaluation = make_evaluation(
+            prompt_id=pending.item.prompt_id,
+            category="execution_error",
+            execution_ok=False,
+            circuit_found=False,
+            error=short_error("EvaluatorError", f"internal error: {exc!r}"),
+            environment=self.environment,
+        )
+
+    def _settle(self, unreported: deque[_Pending]) -> None:
+        """Wait until the grader finishes at least one item, then report what is ready."""
+        head = unreported[0]
+        if head.evaluation is None and not (self._waiting or self._grading):
+            # Unfinished yet with neither stage: only a bug of ours gets here.
+            self._fail_internally(head, RuntimeError("the item was lost between the stages"))
+        self._pump(block=True)
+        self._report_ready(unreported)
+
+    def _report_ready(self, unreported: deque[_Pending]) -> None:
+        """Emit the evaluations that are finished and have no unfinished item before them."""
+        while unreported and unreported[0].evaluation is not None:
+            pending = unreported.popleft()
+            self.emit(
+                {"type": "evaluation", "evaluation": pending.evaluation, "timing": pending.timing}
+            )
+
+    def _waiting_bytes(self) -> int:
+        """Bytes of circuits waiting to be handed to the grader."""
+        return sum(len(pending.run.qpy) for pending in self._waiting)
 
     def _sweep(self, sessions: Iterable[int]) -> int:
         """Kill processes a snippet left behind; returns how many were killed."""
@@ -512,6 +654,7 @@ class Supervisor:
         temporary directory (a size-limited tmpfs) and the shared-memory and message-queue
         mounts. The executor's working root stays (it is emptied, not removed), and nothing is
         running that could write there again: the sweep has just killed every stray process.
+        The grader, which may be working meanwhile, writes no files.
         """
         keep = self.executor.hello.get("temp_root")
         if not isinstance(keep, str) or os.path.islink(keep) or not os.path.isdir(keep):
@@ -552,38 +695,150 @@ class Supervisor:
             return _Run(error="EvaluatorError: unreadable executor reply")
         return _interpret(header, payload)
 
-    def _grade(self, item: Item, qpy: bytes) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        """Ask the grader for the structural verdict and the final checks."""
+    def _grade_request(self, pending: _Pending) -> None:
+        """Hand an item's circuit to the grader without waiting for the verdict."""
         request = {
-            "prompt_id": item.prompt_id,
-            "target_metadata": item.target_metadata,
+            "prompt_id": pending.item.prompt_id,
+            "target_metadata": pending.item.target_metadata,
             "equivalence_max_qubits": self.config.equivalence_max_qubits,
             "statevector_max_qubits": self.config.statevector_max_qubits,
         }
-        structure: dict[str, Any] | None = None
+        pending.structure = None
+        # A grader that something killed between items is replaced here, before use.
+        self.grader.ensure()
+        pending.deadline = time.monotonic() + self.config.grading_timeout_seconds
+        self.grader.send([wire.encode_json(request), pending.run.qpy], pending.deadline)
+
+    def _grade_stage(self, pending: _Pending, raw: bytes) -> dict[str, Any] | None:
+        """Take in one frame of the grader's answer; the final checks once it is complete.
+
+        Raises WorkerError or ValueError when the grader failed.
+        """
+        stage = wire.decode_json(raw)
+        if not isinstance(stage, dict):
+            raise WorkerError("the grader sent an unreadable answer")
+        seconds = stage.get("seconds")
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+            pending.timing["grade_ms"] = round(seconds * 1000, 3)
+        if stage.get("stage") == "structure":
+            pending.structure = stage
+            return None if stage.get("loaded") else {}
+        if stage.get("stage") == "final":
+            return stage
+        raise WorkerError(f"the grader failed: {stage.get('error')}")
+
+    def _grade(self, pending: _Pending) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """Grade an item's circuit alone, and wait for the verdict."""
         try:
-            # A grader that something killed between items is replaced here, before use.
-            self.grader.ensure()
-            deadline = time.monotonic() + self.config.grading_timeout_seconds
-            self.grader.send([wire.encode_json(request), qpy], deadline)
+            self._grade_request(pending)
             while True:
-                stage = wire.decode_json(self.grader.read(deadline, 1 << 24))
-                if not isinstance(stage, dict):
-                    raise WorkerError("the grader sent an unreadable answer")
-                if stage.get("stage") == "structure":
-                    structure = stage
-                    if not stage.get("loaded"):
-                        return structure, {}
-                elif stage.get("stage") == "final":
-                    return structure, stage
-                else:
-                    raise WorkerError(f"the grader failed: {stage.get('error')}")
+                raw = self.grader.read(pending.deadline, 1 << 24)
+                final = self._grade_stage(pending, raw)
+                if final is not None:
+                    return pending.structure, final
         except (WorkerError, ValueError) as exc:
             self.grader.stop()
-            return structure, {"error": str(exc)}
+            return pending.structure, {"error": str(exc)}
+
+    def _pump(self, *, block: bool) -> None:
+        """Trade circuits for verdicts with the grader; called only between snippets.
+
+        Verdicts that have arrived are taken in; with `block`, it first waits for one item to
+        be finished. Waiting circuits are handed over while the grader holds fewer than two
+        (the second only when it fits in the pipe beside the first). When the grader fails,
+        every item it held is graded again, alone: no snippet runs now, so nothing another
+        response did (killing, stopping or starving the grader) can change a score.
+        """
+        wait = block
+        while True:
+            try:
+                self._hand_over()
+                if not self._grading:
+                    return
+                if not self._take_verdict(wait=wait):
+                    return
+            except (WorkerError, ValueError):
+                self._grade_held_alone()
+            wait = False
+
+    def _hand_over(self) -> None:
+        """Send waiting circuits to the grader, at most two outstanding."""
+        while self._waiting and len(self._grading) < 2:
+            pending = self._waiting[0]
+            if self._grading:
+                size = len(pending.run.qpy) + len(json.dumps(pending.item.target_metadata))
+                if size > _SEND_AHEAD:
+                    return
+                # Never to a replacement: its answers would be taken for the earlier ones'.
+                if not self._holder_alive():
+                    raise WorkerError("the grader holding the earlier circuits is gone")
+            self._grading.append(self._waiting.popleft())
+            if len(self._grading) == 1:
+                self._head_since = time.monotonic()
+            self._grade_request(pending)
+            if len(self._grading) == 1:
+                self._holder = self.grader.proc
+            elif not self._holder_alive():
+                raise WorkerError("the grader holding the earlier circuits is gone")
+
+    def _holder_alive(self) -> bool:
+        """Whether the grader process that holds the outstanding circuits still runs."""
+        proc = self.grader.proc
+        return proc is not None and proc is self._holder and proc.poll() is None
+
+    def _take_verdict(self, *, wait: bool) -> bool:
+        """Read the grader's answer on the first circuit it holds; whether it is complete."""
+        pending = self._grading[0]
+        if self.grader.proc is None or self.grader.proc is not self._holder:
+            raise WorkerError("the grader holding the circuit is gone")
+        deadline = self._head_since + self.config.grading_timeout_seconds
+        while True:
+            raw = self.grader.read(deadline, 1 << 24) if wait else self.grader.poll(1 << 24)
+            if raw is None:
+                if time.monotonic() > deadline:
+                    raise WorkerTimeout("the grader did not answer in time")
+                return False
+            final = self._grade_stage(pending, raw)
+            if final is not None:
+                self._grading.popleft()
+                self._head_since = time.monotonic()
+                self._conclude(pending, pending.structure, final)
+                return True
+
+    def _grade_held_alone(self) -> None:
+        """After a grader failure: grade each circuit it held again, one at a time."""
+        held = list(self._grading)
+        self._grading.clear()
+        self.grader.stop()
+        for pending in held:
+            pending.timing.update(regraded=True, grade_ms=None)
+            structure, final = self._grade(pending)
+            self._conclude(pending, structure, final)
+
+    def _conclude(
+        self, pending: _Pending, structure: dict[str, Any] | None, final: dict[str, Any]
+    ) -> None:
+        """Finish an item from its verdict; a bug of ours costs only this item."""
+        try:
+            self._judge(pending, structure, final)
+        except Exception as exc:
+            print(
+                f"evaluator: internal error on {pending.item.prompt_id!r}: {exc!r}",
+                file=sys.stderr,
+            )
+            self._fail_internally(pending, exc)
 
     def evaluate(self, item: Item) -> dict[str, Any]:
-        """Score one item; never raises for anything the item contains."""
+        """Score one item on its own (snippet, then grade); never raises for its content."""
+        pending = self._run_snippet(item)
+        if pending.evaluation is None:
+            structure, final = self._grade(pending)
+            self._conclude(pending, structure, final)
+        assert pending.evaluation is not None
+        return pending.evaluation
+
+    def _run_snippet(self, item: Item) -> _Pending:
+        """Extract and run an item's code; the evaluation is final unless a circuit came back."""
         started = time.monotonic()
         if item.generated_code is not None and item.generated_code.strip():
             extraction = Extraction(item.generated_code, "provided", False, 0)
@@ -599,25 +854,24 @@ class Supervisor:
             "extraction": extraction_info,
             "environment": self.environment,
         }
-
-        def finish(**values: Any) -> dict[str, Any]:
-            values.setdefault("duration_ms", round((time.monotonic() - started) * 1000))
-            return make_evaluation(**common, **values)
-
+        pending = _Pending(item=item, started=started, common=common)
         if not extraction.code.strip():
-            return finish(
+            pending.finish(
                 category="no_code",
                 execution_ok=False,
                 circuit_found=False,
                 equivalence_reason="not checked: no code",
             )
+            return pending
         entry = item.target_metadata.get("entrypoint")
         run = self._execute(extraction.code, entry if isinstance(entry, str) else None)
         sessions = [run.child_pid] if run.child_pid else []
         killed = self._sweep(sessions)
         if self.container:
             self._clear_scratch()
-        outputs = {
+        pending.run = run
+        pending.timing.update(child_ms=run.child_ms, snippet_ms=run.exec_ms)
+        pending.outputs = {
             "stdout_excerpt": run.stdout[:_EXCERPT],
             "stdout_truncated": run.stdout_truncated or len(run.stdout) > _EXCERPT,
             "stderr_excerpt": run.stderr[-_EXCERPT:],
@@ -637,18 +891,24 @@ class Supervisor:
                 gate_types_match=False,
                 gate_counts_match=False,
             )
-            return finish(
+            pending.finish(
                 category=category,
                 execution_ok=run.execution_ok,
                 circuit_found=False,
                 error=run.error,
                 equivalence_reason="not checked: no circuit",
-                **outputs,
+                **pending.outputs,
             )
-        structure, final = self._grade(item, run.qpy)
+        return pending
+
+    def _judge(
+        self, pending: _Pending, structure: dict[str, Any] | None, final: dict[str, Any]
+    ) -> None:
+        """Finish an item's evaluation from the grader's verdict."""
+        outputs = pending.outputs
         if structure is None or not structure.get("loaded"):
             why = (structure or {}).get("load_error") or final.get("error") or "unknown"
-            return finish(
+            pending.finish(
                 category="execution_error",
                 execution_ok=True,
                 circuit_found=True,
@@ -656,6 +916,7 @@ class Supervisor:
                 equivalence_reason="not checked: circuit not loaded",
                 **outputs,
             )
+            return
         width = bool(structure.get("width_match"))
         types = bool(structure.get("gate_types_match"))
         counts = bool(structure.get("gate_counts_match"))
@@ -673,7 +934,7 @@ class Supervisor:
         reason = final.get("equivalence_reason")
         if "error" in final:
             reason = f"not checked: {final['error']}"
-        return finish(
+        pending.finish(
             category=category,
             execution_ok=True,
             circuit_found=True,
@@ -705,6 +966,7 @@ def _interpret(header: dict[str, Any], payload: bytes) -> _Run:
         stderr=stderr,
         stderr_truncated=_count(header.get("stderr_total")) > len(stderr.encode()),
         child_pid=child_pid if isinstance(child_pid, int) else None,
+        child_ms=_milliseconds(header.get("wall_ms")),
     )
     if header.get("executor_error"):
         run.error = short_error("EvaluatorError", str(header["executor_error"]))
@@ -729,6 +991,7 @@ def _interpret(header: dict[str, Any], payload: bytes) -> _Run:
                 " before reporting a result"
             )
         return run
+    run.exec_ms = _milliseconds(status.get("exec_ms"))
     run.circuit_source = (
         status.get("circuit_source") if isinstance(status.get("circuit_source"), str) else None
     )
@@ -757,6 +1020,13 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _milliseconds(value: object) -> float | None:
+    """A duration from a worker's reply (None when missing or malformed)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return None
+
+
 def _signal_name(signum: int) -> str:
     """A signal's conventional name."""
     try:
@@ -765,8 +1035,14 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def serve(stdin: IO[str], stdout: IO[str], *, container: bool) -> int:
-    """Run one job from stdin to stdout; returns the exit status."""
+def serve(
+    stdin: IO[str], stdout: IO[str], *, container: bool, started_at: float | None = None
+) -> int:
+    """Run one job from stdin to stdout; returns the exit status.
+
+    `started_at` is when the process started (wall clock), for the start-up timing.
+    """
+    started_at = time.time() if started_at is None else started_at
     processes.make_undumpable()
     # Orphans of a snippet then land under this process, where the sweep can find them.
     processes.become_subreaper()
@@ -791,7 +1067,7 @@ def serve(stdin: IO[str], stdout: IO[str], *, container: bool) -> int:
         stdout.write(json.dumps({"type": "fatal", "message": f"input is not UTF-8: {exc}"}) + "\n")
         stdout.flush()
         return 2
-    supervisor = Supervisor(config, container=container, out=stdout)
+    supervisor = Supervisor(config, container=container, out=stdout, started_at=started_at)
     try:
         supervisor.run(items)
     except BrokenPipeError:

@@ -110,13 +110,40 @@ class FrameReader:
 
     def read(self, deadline: float | None = None, limit: int = 1 << 30) -> bytes:
         """Return the next frame's payload."""
-        while len(self._buffer) < _HEADER.size:
+        while True:
+            payload = self._take(limit)
+            if payload is not None:
+                return payload
             self._fill(deadline)
+
+    def poll(self, limit: int = 1 << 30) -> bytes | None:
+        """The next frame's payload if it has fully arrived, else None; never waits."""
+        while True:
+            payload = self._take(limit)
+            if payload is not None:
+                return payload
+            readable, _, _ = select.select([self.fd], [], [], 0)
+            if not readable:
+                return None
+            try:
+                chunk = os.read(self.fd, _CHUNK)
+            except BlockingIOError:
+                return None
+            except ConnectionResetError as exc:
+                raise PeerClosed("peer closed its end") from exc
+            if not chunk:
+                raise PeerClosed("peer closed its end")
+            self._buffer += chunk
+
+    def _take(self, limit: int) -> bytes | None:
+        """Remove and return a complete frame from the buffer, if there is one."""
+        if len(self._buffer) < _HEADER.size:
+            return None
         (size,) = _HEADER.unpack_from(self._buffer)
         if size > limit:
             raise FrameTooLarge(f"frame of {size} bytes exceeds {limit}")
-        while len(self._buffer) < _HEADER.size + size:
-            self._fill(deadline)
+        if len(self._buffer) < _HEADER.size + size:
+            return None
         payload = bytes(self._buffer[_HEADER.size : _HEADER.size + size])
         del self._buffer[: _HEADER.size + size]
         return payload

@@ -145,6 +145,55 @@ def test_host_sweep_kills_an_adopted_escapee_and_reaps_it() -> None:
     assert out.split() == ["1", "True", "True"]
 
 
+# A stray whose main thread has exited: /proc/<pid>/stat says zombie while a thread runs on.
+HIDDEN_THREAD_SCRIPT = textwrap.dedent("""\
+    import ctypes, os, sys, threading, time
+    from evaluator import processes
+    assert processes.become_subreaper()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        def beat():
+            while True:
+                os.write(w, b".")
+                time.sleep(0.01)
+        threading.Thread(target=beat).start()
+        ctypes.CDLL(None).pthread_exit(None)
+    os.close(w)
+    os.read(r, 1)
+    for _ in range(500):
+        with open(f"/proc/{pid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.01)
+    else:
+        sys.exit("the main thread did not exit")
+    result = processes.sweep(keep=(), container=False)
+    os.set_blocking(r, False)
+    time.sleep(0.1)
+    try:
+        while os.read(r, 4096):
+            pass
+        still_beating = False
+    except BlockingIOError:
+        still_beating = True
+    print(result.killed, result.converged, still_beating)
+    """)
+
+
+def test_host_sweep_kills_a_process_whose_main_thread_exited() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", HIDDEN_THREAD_SCRIPT],
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    ).stdout
+    assert out.split() == ["1", "True", "False"]
+
+
 def test_frames_round_trip_and_refuse_oversize() -> None:
     read_end, write_end = os.pipe()
     try:
@@ -165,3 +214,31 @@ def test_frames_round_trip_and_refuse_oversize() -> None:
         os.close(read_end)
     frames = wire.frame(b"a") + wire.frame(b"bc") + b"\x00\x00"
     assert wire.split_frames(frames, 10) == [b"a", b"bc"]
+
+
+def test_an_internal_error_costs_one_item_and_keeps_the_order() -> None:
+    from tests.test_evaluator_serve import GHZ_BODY, TARGET
+
+    out = io.StringIO()
+    supervisor = Supervisor(Config(timeout_seconds=10), container=False, out=out)
+    real = supervisor._run_snippet
+
+    def broken(item: Any) -> Any:
+        if item.prompt_id == "b":
+            raise RuntimeError("a bug of ours")
+        return real(item)
+
+    supervisor._run_snippet = broken  # type: ignore[method-assign]
+    items = [
+        _parse_item({"prompt_id": pid, "generated_code": GHZ_BODY, "target_metadata": TARGET}, 1)
+        for pid in ("a", "b", "c")
+    ]
+    try:
+        supervisor.run(items)
+    finally:
+        supervisor.close()
+    messages = [json.loads(line) for line in out.getvalue().splitlines()]
+    evaluations = [m["evaluation"] for m in messages if m["type"] == "evaluation"]
+    assert [e["prompt_id"] for e in evaluations] == ["a", "b", "c"]
+    assert [e["category"] for e in evaluations] == ["ok", "execution_error", "ok"]
+    assert "internal error" in evaluations[1]["error"]

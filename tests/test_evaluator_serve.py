@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from evaluator.supervisor import _MAX_IN_PROGRESS
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Built at run time and passed only through a pipe: no file on disk ever contains it, so a
@@ -59,6 +61,44 @@ TARGET = {
     "depth": 6,
     "reference_code": REFERENCE,
 }
+
+
+# Slow to grade (two 8-qubit operators of 1,000 gates each), so that the snippet after it runs
+# while the grader is still busy with it.
+SLOW_BODY = """\
+from qiskit import QuantumCircuit
+
+def build_circuit():
+    qc = QuantumCircuit(8)
+    qc.h(range(8))
+    for i in range(992):
+        qc.cx(i % 8, (i + 1) % 8)
+    return qc
+"""
+
+SLOW_TARGET = {
+    "family": "slow",
+    "entrypoint": "build_circuit",
+    "num_qubits": 8,
+    "num_clbits": 0,
+    "ops": {"h": 8, "cx": 992},
+    "reference_code": SLOW_BODY,
+}
+
+
+def signal_grader(signum: str) -> str:
+    """A snippet that signals the grader (found by its command line) and then answers well."""
+    return ghz_with(f"""\
+        import os, signal
+        for pid in filter(str.isdigit, os.listdir('/proc')):
+            try:
+                with open(f'/proc/{{pid}}/cmdline', 'rb') as fh:
+                    if b'evaluator.grader' in fh.read():
+                        os.kill(int(pid), signal.{signum})
+                        print('SIGNALLED', pid)
+            except OSError:
+                pass
+        """)
 
 
 def fenced(code: str) -> str:
@@ -291,6 +331,15 @@ CASES: dict[str, dict[str, Any]] = {
     "segfault": item("segfault", fenced("import ctypes\nctypes.string_at(0)\n")),
     # A fork that is never told to exit runs on into the evaluator's code; only one reports.
     "fork_fallthrough": item("fork_fallthrough", fenced(ghz_with("import os\nos.fork()\n"))),
+    # Another response's snippet kills or stops the grader while it judges this one.
+    # (Its snippet lingers, so that the grader has finished the items before it and takes
+    # this circuit at once.)
+    "slow_grade": item(
+        "slow_grade", fenced("import time\ntime.sleep(1)\n" + SLOW_BODY), target=SLOW_TARGET
+    ),
+    "kill_grader": item("kill_grader", fenced(signal_grader("SIGKILL"))),
+    "slow_grade_2": item("slow_grade_2", fenced(SLOW_BODY), target=SLOW_TARGET),
+    "stop_grader": item("stop_grader", fenced(signal_grader("SIGSTOP"))),
     "last": item("last", fenced(GHZ_BODY)),
 }
 
@@ -319,11 +368,44 @@ def test_protocol_order(job: Any) -> None:
     assert messages[0]["environment"]["qiskit"].startswith("2.")
     assert messages[-1] == {"type": "done", "count": len(CASES)}
     body = messages[1:-1]
-    assert [m["type"] for m in body] == ["started", "evaluation"] * len(CASES)
-    assert [m["prompt_id"] for m in body[::2]] == list(CASES)
-    assert [m["index"] for m in body[::2]] == list(range(len(CASES)))
-    assert {m["total"] for m in body[::2]} == {len(CASES)}
+    started = [m for m in body if m["type"] == "started"]
+    finished = [m["evaluation"]["prompt_id"] for m in body if m["type"] == "evaluation"]
+    assert len(started) + len(finished) == len(body)
+    # Both in input order; an item starts before it finishes, and a bounded number (one with
+    # the executor, the others waiting for or with the grader) are in progress at any moment.
+    assert [m["prompt_id"] for m in started] == list(CASES) == finished
+    assert [m["index"] for m in started] == list(range(len(CASES)))
+    assert {m["total"] for m in started} == {len(CASES)}
+    in_progress: set[str] = set()
+    for message in body:
+        if message["type"] == "started":
+            in_progress.add(message["prompt_id"])
+            assert len(in_progress) <= _MAX_IN_PROGRESS, in_progress
+        else:
+            in_progress.remove(message["evaluation"]["prompt_id"])
     assert len(evaluations) == len(CASES)
+
+
+def test_each_evaluation_says_what_its_own_work_took(job: Any) -> None:
+    messages = job[0]
+    assert set(messages[0]["timing"]) == {
+        "started_at",
+        "workers_started_at",
+        "ready_at",
+        "executor",
+        "grader",
+    }
+    assert messages[0]["timing"]["executor"]["qiskit_import_seconds"] > 0
+    assert messages[0]["timing"]["grader"]["import_seconds"] > 0
+    timing = {
+        m["evaluation"]["prompt_id"]: m["timing"] for m in messages if m["type"] == "evaluation"
+    }
+    assert timing["ok"]["child_ms"] > 0 and timing["ok"]["snippet_ms"] > 0
+    assert timing["ok"]["grade_ms"] > 0
+    assert timing["no_code"] == {"child_ms": None, "snippet_ms": None, "grade_ms": None}
+    assert timing["syntax_error"]["grade_ms"] is None
+    for evaluation in job[1].values():
+        assert "timing" not in evaluation
 
 
 @pytest.mark.parametrize(
@@ -449,6 +531,27 @@ def test_searching_for_the_reference_finds_nothing(job: Any) -> None:
     assert ev["stdout_excerpt"].startswith("HITS=0"), ev["stdout_excerpt"]
     for evaluation in job[1].values():
         assert MARKER not in json.dumps(evaluation)
+
+
+def test_a_snippet_disturbing_the_grader_does_not_change_another_score(job: Any) -> None:
+    messages, evaluations, _ = job
+    timing = {
+        m["evaluation"]["prompt_id"]: m["timing"] for m in messages if m["type"] == "evaluation"
+    }
+    for prompt_id in ("slow_grade", "slow_grade_2", "kill_grader", "stop_grader"):
+        ev = evaluations[prompt_id]
+        assert ev["category"] == "ok" and ev["equivalent"] is True, ev
+    assert evaluations["kill_grader"]["stdout_excerpt"].startswith("SIGNALLED")
+    assert evaluations["stop_grader"]["stdout_excerpt"].startswith("SIGNALLED")
+    # Killed while grading it: judged again, alone, by a fresh grader; every verdict is the
+    # one on its own circuit (the replacement's answers are never taken for the earlier ones).
+    assert timing["slow_grade"].get("regraded") is True
+    assert evaluations["slow_grade"]["structure"]["found"]["num_qubits"] == 8
+    assert evaluations["slow_grade_2"]["structure"]["found"]["num_qubits"] == 8
+    for prompt_id in ("kill_grader", "stop_grader"):
+        assert evaluations[prompt_id]["structure"]["found"]["num_qubits"] == 5
+    # Stopped, then continued by the sweep: the first grade stands.
+    assert not timing["slow_grade_2"].get("regraded")
 
 
 def test_segfault_is_contained(job: Any) -> None:

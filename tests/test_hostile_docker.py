@@ -59,6 +59,7 @@ from engine.docker_runner import (
     EvaluatorConfig,
     _owner,
 )
+from engine.release import load_release
 from engine.replay import EVALUATIONS_FILE, replay
 from tests.conftest import ROOT
 from tests.helpers import write_release
@@ -1296,8 +1297,10 @@ def test_a_killed_replay_leaves_no_container_and_reruns_the_same(
         docker_client: Any, image: str, tmp_path: Path) -> None:
     responses = tmp_path / "responses.jsonl"
     responses.write_text("".join(json.dumps(line) + "\n" for line in _crash_responses()))
-    # The uninterrupted run.
+    # The uninterrupted run, in the image the command line below uses (the release's pins),
+    # so that the command finds it whichever tests ran before.
     runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=replay_docker._wheelhouse(),
+                                   requirements=load_release(DEMO_RELEASE_DIR).evaluator_requirements,
                                    client=docker_client)
     runner.ensure_image(build=True)
     result = replay(DEMO_RELEASE_DIR, responses, tmp_path / "clean",

@@ -147,3 +147,12 @@ def test_the_real_evaluator_speaks_the_protocol_on_the_host() -> None:
     assert outcome.evaluator_version and outcome.environment.get("qiskit")
     right = outcome.evaluations["right"]
     assert right["structural_match"] and right["qasm3_ok"] and right["equivalent"] is True
+    # What the evaluator says about its own time is kept beside the evaluations, not in them.
+    (startup,) = outcome.startup_timing
+    assert startup["ready_at"] >= startup["started_at"] > 0
+    assert startup["executor"]["qiskit_import_seconds"] > 0
+    assert set(outcome.item_timing) == {"right", "empty", "crash"}
+    assert outcome.item_timing["right"]["child_ms"] > 0
+    assert outcome.item_timing["right"]["grade_ms"] > 0
+    assert outcome.item_timing["empty"]["child_ms"] is None
+    assert "timing" not in right and "child_ms" not in right
