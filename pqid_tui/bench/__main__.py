@@ -7,7 +7,8 @@ another's) and ends its output with a `BENCH-JSON {...}` line; this collects tho
 prints one Markdown table: the target, the figure measured in this run, and whether it was
 met. Nothing here fails on a figure: a missed target stays in the table with its number.
 `--readme` rewrites the table between the `<!-- bench:begin -->` and `<!-- bench:end -->`
-markers of that file. `.ci/bench` sets the machine up and runs this.
+markers of that file. `.ci/bench` sets the machine up and runs this from the repository root
+(the replay benchmark uses the base image and wheelhouse `.ci/setup` prepares).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 # name -> the command (after `python -m`) that measures it
 BENCHES: dict[str, list[str]] = {
     "live": ["engine.bench_live"],
-    "replay": ["engine.bench_replay"],
+    "replay": ["engine.bench_replay", "--base-image", "pqid-base:bookworm",
+               "--wheelhouse", ".ci/wheelhouse", "--build-image"],
     "startup": ["pqid_tui.bench.startup"],
     "monitor": ["pqid_tui.bench.monitor"],
     "memory": ["pqid_tui.bench.memory"],
