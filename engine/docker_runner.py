@@ -473,7 +473,9 @@ class ContainerLimits:
     tmpfs_size: str = "256m"
     # Without it a tmpfs allows about one inode per two pages of host RAM (millions): a snippet
     # creating empty files would spend its whole time limit and the next item's clean-up time.
-    tmpfs_inodes: int = 65536
+    # 16,384 is far more than a circuit needs (65,536 empty files took 10 s to create in the
+    # container on a 2-core VM: the whole of a 10 s limit, so the snippet timed out instead).
+    tmpfs_inodes: int = 16384
     nofile: int = 1024
 
 
