@@ -81,11 +81,14 @@ class EvaluatorConfig:
     timeout_seconds: float = 20.0
     memory_mb: int = 2048
     equivalence_max_qubits: int = 8
+    # The scoring contract (`engine.release.CONTRACT_*`): the release's, for every item.
+    contract: str = "pqid-tui-1"
 
     def message(self) -> dict[str, Any]:
         return {"type": "config", "timeout_seconds": self.timeout_seconds,
                 "memory_mb": self.memory_mb,
-                "equivalence_max_qubits": self.equivalence_max_qubits}
+                "equivalence_max_qubits": self.equivalence_max_qubits,
+                "contract": self.contract}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,85 +1,26 @@
-"""Loading and verifying a release directory (format `pqid-release/1`)."""
+"""The project's own release format, `pqid-release/1`: loading and verification."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ReleaseError
+from engine.release.model import (
+    CONTRACT_PQID_BENCH,
+    CONTRACT_PROJECT,
+    FORMAT_PQID_RELEASE,
+    FrozenRow,
+    Prompt,
+    Release,
+)
 
-RELEASE_FORMAT = "pqid-release/1"
+RELEASE_FORMAT = FORMAT_PQID_RELEASE
 PROMPT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 ROW_KINDS = ("reference", "model")
-
-
-@dataclass(frozen=True, slots=True)
-class Prompt:
-    """One frozen prompt: what the model sees (`messages`) and what only the evaluator sees."""
-
-    prompt_id: str
-    split: str
-    messages: tuple[dict[str, str], ...]
-    target_metadata: dict[str, Any] = field(repr=False)
-    line: int = 0
-
-    def request_messages(self) -> list[dict[str, str]]:
-        """The model-facing messages, as fresh dicts (the only part that leaves the machine)."""
-        return [{"role": m["role"], "content": m["content"]} for m in self.messages]
-
-
-@dataclass(frozen=True, slots=True)
-class FrozenRow:
-    """One row of the frozen matrix."""
-
-    label: str
-    kind: str
-    provider: str | None
-    model: str | None
-    evaluations: str
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """A verified release: prompts in file order plus the frozen matrix."""
-
-    root: Path
-    name: str
-    version: str
-    digest: str
-    prompts_sha256: str
-    modified: bool
-    prompts: tuple[Prompt, ...]
-    matrix_rows: tuple[FrozenRow, ...]
-    evaluator_version: str | None
-    evaluator_requirements: tuple[str, ...] | None
-    problems: tuple[str, ...] = ()
-
-    @property
-    def by_id(self) -> dict[str, Prompt]:
-        return {p.prompt_id: p for p in self.prompts}
-
-    def split_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for p in self.prompts:
-            counts[p.split] = counts.get(p.split, 0) + 1
-        return dict(sorted(counts.items()))
-
-    def frozen_evaluations(self, label: str) -> list[dict[str, Any]]:
-        """The canonical evaluations of one frozen row, in file order."""
-        row = next((r for r in self.matrix_rows if r.label == label), None)
-        if row is None:
-            raise ReleaseError(f"{self.root}: the frozen matrix has no row labelled {label!r}")
-        path = self.root / row.evaluations
-        out: list[dict[str, Any]] = []
-        for number, obj in _jsonl(path):
-            if not isinstance(obj.get("prompt_id"), str):
-                raise ReleaseError(f"{path}:{number}: evaluation without a string prompt_id")
-            out.append(obj)
-        return out
 
 
 def sha256_file(path: Path) -> str:
@@ -109,6 +50,16 @@ def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
             raise ReleaseError(f"{path}:{number}: expected a JSON object")
         rows.append((number, obj))
     return rows
+
+
+def read_evaluations_file(path: Path) -> list[dict[str, Any]]:
+    """A canonical evaluations file (JSONL), each line with a string prompt_id."""
+    out: list[dict[str, Any]] = []
+    for number, obj in _jsonl(path):
+        if not isinstance(obj.get("prompt_id"), str):
+            raise ReleaseError(f"{path}:{number}: evaluation without a string prompt_id")
+        out.append(obj)
+    return out
 
 
 def _read_json(path: Path) -> Any:
@@ -156,7 +107,7 @@ def _parse_prompt(path: Path, number: int, obj: dict[str, Any]) -> Prompt:
     return Prompt(pid, split, tuple(clean), meta, number)
 
 
-def load_release(root: Path | str, *, allow_modified: bool = False) -> Release:
+def load_pqid_release(root: Path | str, *, allow_modified: bool = False) -> Release:
     """Load a release directory and verify every SHA-256 its manifest names.
 
     A mismatch raises ReleaseError unless `allow_modified`, in which case the release is
@@ -242,7 +193,18 @@ def load_release(root: Path | str, *, allow_modified: bool = False) -> Release:
         evaluator_version=evaluator.get("version") if isinstance(evaluator.get("version"), str)
         else None,
         evaluator_requirements=tuple(reqs) if reqs is not None else None,
-        problems=tuple(problems))
+        problems=tuple(problems),
+        contract=_contract(manifest_path, evaluator),
+        verified_files=1 + len(files), manifest_files=1 + len(files))
+
+
+def _contract(manifest_path: Path, evaluator: dict[str, Any]) -> str:
+    contract = evaluator.get("contract", CONTRACT_PROJECT)
+    if contract not in (CONTRACT_PROJECT, CONTRACT_PQID_BENCH):
+        raise ReleaseError(f"{manifest_path}: evaluator.contract {contract!r} is not a scoring "
+                           f"contract this version knows ({CONTRACT_PROJECT}, "
+                           f"{CONTRACT_PQID_BENCH})")
+    return str(contract)
 
 
 def _read_bytes(path: Path) -> bytes:

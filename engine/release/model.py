@@ -1,0 +1,126 @@
+"""What every release format loads into: prompts, the frozen matrix, verification, contract."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ReleaseError
+
+# Release formats, as detected from the files.
+FORMAT_PQID_RELEASE = "pqid-release/1"
+FORMAT_PQID_BENCH_CORE = "pqid-bench-core"
+FORMAT_PQID_BENCH_EVIDENCE = "pqid-bench-evidence"
+FORMATS = (FORMAT_PQID_RELEASE, FORMAT_PQID_BENCH_CORE, FORMAT_PQID_BENCH_EVIDENCE)
+
+# Scoring contracts (the evaluator's own names are in `evaluator.contracts`): the project's
+# own rules, and PQID-Bench's frozen evaluator with its structural predicate.
+CONTRACT_PROJECT = "pqid-tui-1"
+CONTRACT_PQID_BENCH = "pqid-bench-evaluator-1.1.0-safe-builtins"
+PREDICATE_PQID_BENCH = "pqid-bench-reference-signature-1.0.0-count-map"
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One frozen prompt: what the model sees (`messages`) and what only the evaluator sees.
+
+    `source_record` is the prompt's line as the release holds it (PQID-Bench releases: the
+    study's identities are hashed from it). It contains the target metadata: evaluator-only.
+    """
+
+    prompt_id: str
+    split: str
+    messages: tuple[dict[str, str], ...]
+    target_metadata: dict[str, Any] = field(repr=False)
+    line: int = 0
+    row_id: str | None = None
+    label: str | None = None
+    source_record: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def request_messages(self) -> list[dict[str, str]]:
+        """The model-facing messages, as fresh dicts (the only part that leaves the machine)."""
+        return [{"role": m["role"], "content": m["content"]} for m in self.messages]
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenRow:
+    """One row of the frozen matrix.
+
+    `evaluations` is a path relative to the release root: a canonical evaluations file
+    (`pqid-release/1`) or the row's frozen evaluator report (PQID-Bench evidence).
+    """
+
+    label: str
+    kind: str
+    provider: str | None
+    model: str | None
+    evaluations: str
+    display_name: str | None = None
+    role: str | None = None
+    contract: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A verified release: prompts in file order plus the frozen matrix.
+
+    `absent` lists files the release's manifest names that are not present (PQID-Bench
+    copies may lack some); a command that needs one of them raises ReleaseError naming it.
+    """
+
+    root: Path
+    name: str
+    version: str
+    digest: str
+    prompts_sha256: str
+    modified: bool
+    prompts: tuple[Prompt, ...]
+    matrix_rows: tuple[FrozenRow, ...]
+    evaluator_version: str | None
+    evaluator_requirements: tuple[str, ...] | None
+    problems: tuple[str, ...] = ()
+    format: str = FORMAT_PQID_RELEASE
+    profile: str | None = None
+    contract: str = CONTRACT_PROJECT
+    predicate: str | None = None
+    python_version: str | None = None  # the pinned interpreter of the frozen rows ("3.13")
+    absent: tuple[str, ...] = ()
+    verified_files: int = 0
+    manifest_files: int = 0
+    # Loads one row's frozen cells as canonical evaluations (set by the format's loader).
+    cells_loader: Callable[[Release, FrozenRow], list[dict[str, Any]]] | None = field(
+        default=None, repr=False, compare=False)
+
+    @property
+    def by_id(self) -> dict[str, Prompt]:
+        return {p.prompt_id: p for p in self.prompts}
+
+    def split_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for p in self.prompts:
+            counts[p.split] = counts.get(p.split, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def row(self, label: str) -> FrozenRow:
+        row = next((r for r in self.matrix_rows if r.label == label), None)
+        if row is None:
+            raise ReleaseError(f"{self.root}: the frozen matrix has no row labelled {label!r}")
+        return row
+
+    def frozen_evaluations(self, label: str) -> list[dict[str, Any]]:
+        """The canonical evaluations of one frozen row, in file order."""
+        row = self.row(label)
+        if self.cells_loader is not None:
+            return self.cells_loader(self, row)
+        from engine.release.pqid_release import read_evaluations_file
+
+        return read_evaluations_file(self.root / row.evaluations)
+
+    def require(self, rel: str, purpose: str) -> Path:
+        """The path of a file this command needs; ReleaseError naming it if it is absent."""
+        if rel in self.absent:
+            raise ReleaseError(f"{self.root / rel}: {purpose} needs this file, which the release "
+                               "manifest lists but this copy does not have")
+        return self.root / rel
