@@ -33,7 +33,9 @@ def batch_parser() -> argparse.ArgumentParser:
     sub.required = True
     run_model.register(sub)
     credentials.register(sub)
-    for name in ("replay", "compare", "demo"):
+    # One module per command; each registers its own subparser.
+    for name in ("replay", "compare", "demo", "verify", "download", "trace", "reproduce",
+                 "rescore"):
         try:
             module = __import__(f"pqid_tui.batch.{name}", fromlist=["register"])
         except ModuleNotFoundError:

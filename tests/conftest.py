@@ -140,3 +140,44 @@ def image(docker_client: Any) -> str:
     runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=_wheelhouse(),
                                    client=docker_client)
     return runner.ensure_image(build=True)
+
+
+# -- PQID-Bench v1.0.0: the real benchmark, from ../shared (absent in a user's own clone) ----
+
+SHARED_PQID_BENCH = ROOT.parent / "shared" / "pqid-bench-1.0.0"
+
+
+class PqidBenchCopies:
+    """Byte-exact copies of PQID-Bench v1.0.0, unpacked once per test session (read-only)."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+        self.core_zip = dest / "PQID-Bench-v1.0.0-core.zip"
+        self.evidence = dest / "evidence"
+        self._core: Path | None = None
+
+    @property
+    def core(self) -> Path:
+        """The core distribution extracted (as `pqid-bench download` lays it out)."""
+        if self._core is None:
+            import zipfile
+
+            out = self.dest / "core-extracted"
+            if not (out / "PQID-Bench-v1.0.0-core" / "benchmark.json").is_file():
+                with zipfile.ZipFile(self.core_zip) as archive:
+                    archive.extractall(out)
+            self._core = out / "PQID-Bench-v1.0.0-core"
+        return self._core
+
+
+@pytest.fixture(scope="session")
+def pqid_bench(tmp_path_factory: pytest.TempPathFactory) -> PqidBenchCopies:
+    """PQID-Bench v1.0.0 (core zip, extracted core, evidence repository). Tests must not write
+    into these folders: copy what they modify into their own tmp_path."""
+    unpack = SHARED_PQID_BENCH / "unpack"
+    if not unpack.is_file():
+        pytest.skip(f"PQID-Bench v1.0.0 copies not found at {SHARED_PQID_BENCH} (only the "
+                    "project's CI and development machines have ../shared)")
+    dest = tmp_path_factory.mktemp("pqid-bench-1.0.0")
+    subprocess.run(["sh", str(unpack), str(dest)], check=True, capture_output=True, timeout=600)
+    return PqidBenchCopies(dest)
