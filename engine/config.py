@@ -5,11 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.errors import ConfigError
 from engine.routes import DEFAULT_CONCURRENCY as DEFAULT_CONCURRENCY
-from engine.routes import MAX_OUTPUT_FIELDS, check_extra_body
+from engine.routes import MAX_OUTPUT_FIELDS, PRESETS, check_extra_body
+
+# Named generation contracts: a preset of the generation settings, by adapter. Settings given
+# explicitly override the preset's. "pqid-bench" is what the frozen PQID-Bench study's runners
+# put on the wire: temperature 0, top_p 1, 2,048 output tokens (`max_tokens` on
+# OpenAI-compatible routes), no seed; its Anthropic runner never sent top_p.
+GENERATION_CONTRACTS: dict[str, dict[str, dict[str, Any]]] = {
+    "pqid-bench": {
+        "openai-chat": {"temperature": 0.0, "top_p": 1.0, "max_output_tokens": 2048,
+                        "max_output_field": "max_tokens", "seed": None},
+        "anthropic-messages": {"temperature": 0.0, "omit_top_p": True,
+                               "max_output_tokens": 2048, "seed": None},
+        "gemini-generate": {"temperature": 0.0, "top_p": 1.0, "max_output_tokens": 2048,
+                            "seed": None},
+    },
+}
 
 
 class LiveRunConfig(BaseModel):
@@ -28,6 +43,7 @@ class LiveRunConfig(BaseModel):
     no_auth: bool = False
     acknowledge_prompt_export: bool = False
 
+    generation_contract: Literal["pqid-bench"] | None = None
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_output_tokens: int = Field(default=2048, ge=1, le=1_000_000)
@@ -61,6 +77,27 @@ class LiveRunConfig(BaseModel):
     retry_uncertain: bool = False
     max_new: int | None = Field(default=None, ge=0)
     allow_modified_release: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_generation_contract(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("generation_contract") is None:
+            return data
+        by_adapter = GENERATION_CONTRACTS.get(str(data["generation_contract"]))
+        route = PRESETS.get(str(data.get("provider")))
+        if by_adapter is None or route is None:
+            return data  # the field's own validation, or the route's, says what is wrong
+        adapter = "openai-chat" if route.adapter == "oracle" else route.adapter
+        preset = by_adapter.get(adapter, {})
+        out = dict(data)
+        for key, value in preset.items():
+            # An explicit value wins; so does an explicit top_p or temperature over the
+            # preset's omitting it.
+            explicit = key in data or (key.startswith("omit_")
+                                       and key.removeprefix("omit_") in data)
+            if not explicit:
+                out[key] = value
+        return out
 
     @field_validator("extra_body")
     @classmethod

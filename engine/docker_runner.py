@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from engine.environment import python_series
 from engine.errors import DockerUnavailable, PqidError, UsageError
 from engine.events import ImageBuildLog, ImageReady, ProgressCallback
 
@@ -72,6 +73,10 @@ class EvaluatorFailed(PqidError):
 
 class ImageBuildError(UsageError):
     """The evaluator image could not be built from the given base image and requirements."""
+
+
+class EnvironmentMismatch(UsageError):
+    """The base image's Python is not the one the release's frozen rows were scored with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -715,6 +720,52 @@ class _ContainerSession:
             self.container.remove(force=True)
 
 
+# Lists the interpreter and every installed distribution; run in the image itself.
+_PROBE = ("import importlib.metadata as m, json, platform\n"
+          "print(json.dumps({'python': platform.python_version(),\n"
+          " 'implementation': platform.python_implementation(),\n"
+          " 'machine': platform.machine(),\n"
+          " 'packages': {d.metadata['Name']: d.version for d in m.distributions()}}))\n")
+_probed: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def _probe_image(client: Any, image: str, python: str) -> dict[str, Any]:
+    """The interpreter and the distributions of an image (cached by image ID for the process).
+
+    Runs `python -c` in a throwaway container as locked down as the evaluator's (no network,
+    read-only, no capabilities): the image's own word, not what its inputs were meant to make.
+    """
+    from docker.errors import DockerException
+
+    try:
+        image_id = str(client.images.get(image).id)
+        key = (image_id, python)
+        if key in _probed:
+            return dict(_probed[key])
+        output = client.containers.run(
+            image_id, entrypoint=[python], command=["-c", _PROBE], network_mode="none",
+            read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            user=container_user(), mem_limit="512m", pids_limit=64, environment={},
+            tmpfs={"/tmp": "rw,nosuid,nodev,size=16m"}, remove=True, stdout=True,
+            stderr=False, labels={REPLAY_LABEL: "1", RUN_LABEL: "probe", OWNER_LABEL: _owner()})
+    except DockerException as exc:
+        raise EvaluatorFailed(f"could not list the Python environment of {image} "
+                              f"(`{python}` in it): {_short(exc)}") from None
+    lines = [ln for ln in bytes(output).decode("utf-8", "replace").splitlines() if ln.strip()]
+    try:
+        found = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise EvaluatorFailed(f"could not list the Python environment of {image}: "
+                              f"unexpected output {bytes(output)[:200]!r}") from None
+    packages = found.get("packages") if isinstance(found, dict) else None
+    facts = {"python": found.get("python"), "implementation": found.get("implementation"),
+             "machine": found.get("machine"),
+             "packages": dict(sorted((str(k), str(v)) for k, v in (packages or {}).items())),
+             "complete": True}
+    _probed[key] = facts
+    return dict(facts)
+
+
 def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -739,8 +790,17 @@ class DockerEvaluatorRunner:
                  requirements: Sequence[str] | None = None, client: Any = None,
                  limits: ContainerLimits | None = None,
                  wall_clock_seconds: float | None = None,
-                 source_dir: Path | None = None) -> None:
-        self.base_image = base_image or DEFAULT_BASE_IMAGE
+                 source_dir: Path | None = None,
+                 python_version: str | None = None,
+                 allow_environment_mismatch: bool = False) -> None:
+        # A release that pins its interpreter ("3.13") gets that Python's official slim image
+        # by default; without a registry, --base-image names a local one (.ci/base-image).
+        self.base_image = base_image or (f"python:{python_version}-slim" if python_version
+                                         else DEFAULT_BASE_IMAGE)
+        self.python_version = python_version
+        self.allow_environment_mismatch = allow_environment_mismatch
+        self.environment_notes: list[str] = []  # a mismatch the user chose to accept
+        self.image_facts: dict[str, Any] | None = None
         self.wheelhouse = wheelhouse
         self.requirements = tuple(requirements) if requirements else None
         self.limits = limits or ContainerLimits()
@@ -785,6 +845,7 @@ class DockerEvaluatorRunner:
                 "Debian root filesystem)") from None
 
     def ensure_image(self, *, build: bool, progress: ProgressCallback | None = None) -> str:
+        """Build or reuse the image, after checking that its Python is the release's."""
         from docker.errors import ImageNotFound
 
         context = self._context()
@@ -798,15 +859,43 @@ class DockerEvaluatorRunner:
                 raise UsageError(
                     f"the evaluator image {tag} (base {self.base_image}) does not exist yet: "
                     "pass --build-image to build it") from None
+            # Checked before a build of minutes, which would fail or make the wrong thing.
+            self._check_python(_probe_image(self.client, self.base_image, "python3"))
             self._build(context, tag, digest, progress)
-            self.image = tag
-            if progress is not None:
-                progress(ImageReady(tag, built=True))
-            return tag
+            built = True
+        else:
+            built = False
+        facts = _probe_image(self.client, tag, "/opt/pqid-venv/bin/python")
+        self._check_python(facts)
         self.image = tag
+        self.image_facts = {**facts, "image": tag,
+                            "image_id": str(self.client.images.get(tag).id),
+                            "base_image": self.base_image, "base_image_id": base_id}
         if progress is not None:
-            progress(ImageReady(tag, built=False))
+            progress(ImageReady(tag, built=built))
         return tag
+
+    def _check_python(self, facts: dict[str, Any]) -> None:
+        want = self.python_version
+        have = facts.get("python")
+        if want is None or (isinstance(have, str) and python_series(have) == want):
+            return
+        note = (f"the release's frozen rows were scored with Python {want}, but the base image "
+                f"{self.base_image} has Python {have}")
+        if self.allow_environment_mismatch:
+            if note not in self.environment_notes:
+                self.environment_notes.append(note)
+            return
+        raise EnvironmentMismatch(
+            f"{note}: pass --base-image IMAGE with Python {want} (without a registry, "
+            f"`.ci/base-image pqid-base:trixie trixie` builds one with 3.13, and "
+            f"`.ci/wheelhouse-fill --python-version {want} DIR PINS` fills its --wheelhouse), "
+            "or --allow-environment-mismatch to score anyway (the summary then says "
+            "environment_matches_release: false)")
+
+    def environment_facts(self) -> dict[str, Any] | None:
+        """What the evaluator image holds: interpreter, every distribution, image IDs."""
+        return dict(self.image_facts) if self.image_facts is not None else None
 
     def build(self, *, tag: str | None = None, nocache: bool = False,
               progress: ProgressCallback | None = None) -> str:

@@ -28,22 +28,57 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError
+from engine.release.model import CONTRACT_PQID_BENCH
 
 MODEL_CATEGORIES: tuple[str, ...] = (
     "no_code", "syntax_error", "timeout", "execution_error", "no_circuit",
-    "width_mismatch", "gate_type_mismatch", "gate_count_mismatch", "ok",
+    "width_mismatch", "clbit_mismatch", "gate_type_mismatch", "gate_count_mismatch", "ok",
 )
 INFRA_CATEGORIES: tuple[str, ...] = ("no_response", "not_evaluated", "missing")
 CATEGORIES: tuple[str, ...] = MODEL_CATEGORIES + INFRA_CATEGORIES
 
 # (key in the summary, label, field of the canonical evaluation that must be true)
-METRICS: tuple[tuple[str, str, str], ...] = (
+Metric = tuple[str, str, str]
+METRICS: tuple[Metric, ...] = (
     ("execution", "execution", "execution_ok"),
     ("structural_match", "structural match", "structural_match"),
     ("qasm3_export", "QASM 3 export", "qasm3_ok"),
     ("equivalence", "equivalence", "equivalent"),
 )
+# The PQID-Bench contract's verdicts (pqid-bench-evaluator-1.1.0-safe-builtins): execution is
+# "ran and defined a circuit", assembly is QASM 3 export, signature is the reference-signature
+# predicate (all four components at once).
+PQID_BENCH_METRICS: tuple[Metric, ...] = (
+    ("execution", "execution", "report_executable"),
+    ("assembly", "assembly", "report_assembly_admissible"),
+    ("signature", "signature", "report_signature_match"),
+    ("num_qubits", "qubits", "num_qubits_match"),
+    ("num_clbits", "clbits", "num_clbits_match"),
+    ("gate_count", "gate count", "gate_count_match"),
+    ("gate_types", "gate types", "gate_types_match"),
+)
+# (key, label, minuend metric, subtrahend metric): differences of rates in percentage points.
+Gap = tuple[str, str, str, str]
+PQID_BENCH_GAPS: tuple[Gap, ...] = (
+    ("execution_structure_gap", "Exec-Struct gap", "execution", "signature"),
+    ("assembly_structure_gap", "Asm-Struct gap", "assembly", "signature"),
+)
 SUMMARY_FORMAT = "pqid-candidate-summary/1"
+
+
+def metrics_for(contract: str | None) -> tuple[Metric, ...]:
+    """The metrics a scoring contract reports (the project's own for any other contract)."""
+    return PQID_BENCH_METRICS if contract == CONTRACT_PQID_BENCH else METRICS
+
+
+def gaps_for(contract: str | None) -> tuple[Gap, ...]:
+    return PQID_BENCH_GAPS if contract == CONTRACT_PQID_BENCH else ()
+
+
+def contract_of(evaluations: Iterable[Mapping[str, Any]]) -> str | None:
+    """The one contract every scored evaluation names (None: the project's, or mixed)."""
+    found = {ev.get("contract") for ev in evaluations if not is_infrastructure(ev)}
+    return found.pop() if len(found) == 1 else None
 
 _BOOL_FIELDS = ("execution_ok", "circuit_found", "structural_match", "width_match",
                 "gate_types_match", "gate_counts_match", "qasm3_ok")
@@ -140,27 +175,44 @@ def environments(evaluations: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
     return found
 
 
+def gap_pp(rates: Mapping[str, Any], minuend: str, subtrahend: str,
+           scope: str = "over_selected") -> float | None:
+    """`minuend` rate minus `subtrahend` rate in percentage points (None without a rate)."""
+    a, b = rates[minuend][scope], rates[subtrahend][scope]
+    if a["rate"] is None or b["rate"] is None:
+        return None
+    return round(100 * (int(a["count"]) - int(b["count"])) / int(a["denominator"]), 4)
+
+
 def summarize(evaluations: Sequence[Mapping[str, Any]],
-              selected: Sequence[str] | None = None) -> dict[str, Any]:
+              selected: Sequence[str] | None = None, *,
+              metrics: Sequence[Metric] | None = None,
+              gaps: Sequence[Gap] | None = None) -> dict[str, Any]:
     """Counts and rates over the selected prompts (default: every evaluation given).
 
     A selected prompt without an evaluation counts as the infrastructure category `missing`.
+    `metrics` defaults to those of the contract every evaluation names (`metrics_for`).
     """
     by_id = {str(ev["prompt_id"]): ev for ev in evaluations}
     ids = list(selected) if selected is not None else list(by_id)
     chosen = [by_id.get(pid) for pid in ids]
+    if metrics is None:
+        contract = contract_of(ev for ev in chosen if ev is not None)
+        metrics = metrics_for(contract)
+        gaps = gaps_for(contract) if gaps is None else gaps
     categories = Counter(
         str(ev.get("category")) if ev is not None else "missing" for ev in chosen)
     infra = sum(categories[c] for c in INFRA_CATEGORIES)
     n = len(ids)
     answered = [ev for ev in chosen if ev is not None and not is_infrastructure(ev)]
     rates: dict[str, Any] = {}
-    for key, _label, field in METRICS:
+    for key, _label, field in metrics:
         hits = sum(1 for ev in answered if succeeded(ev, field))
         rates[key] = {"over_selected": rate(hits, n), "over_answered": rate(hits, len(answered))}
-    checked = sum(1 for ev in answered if ev.get("equivalent") is not None)
-    rates["equivalence"]["checked"] = checked
-    rates["equivalence"]["not_checked"] = len(answered) - checked
+    if "equivalence" in rates:
+        checked = sum(1 for ev in answered if ev.get("equivalent") is not None)
+        rates["equivalence"]["checked"] = checked
+        rates["equivalence"]["not_checked"] = len(answered) - checked
     envs = environments(answered)
     summary: dict[str, Any] = {
         "selected": n,
@@ -174,25 +226,43 @@ def summarize(evaluations: Sequence[Mapping[str, Any]],
         "environment": envs[0]["environment"] if len(envs) == 1 else None,
         "environments": envs if len(envs) > 1 else None,
     }
+    if tuple(metrics) != METRICS:
+        summary["metrics"] = [{"key": k, "label": lab, "field": f} for k, lab, f in metrics]
+    if gaps:
+        summary["gaps_pp"] = {
+            key: {scope: gap_pp(rates, a, b, scope) for scope in ("over_selected",
+                                                                  "over_answered")}
+            for key, _label, a, b in gaps}
     unknown = sorted(set(categories) - set(CATEGORIES))
     if unknown:
         summary["unknown_categories"] = {c: categories[c] for c in unknown}
     if any(ev is not None and "finish_reason" in ev for ev in chosen):
-        summary["finish_reasons"] = _finish_reasons(chosen)
+        summary["finish_reasons"] = _finish_reasons(chosen, metrics)
     return summary
 
 
-def _finish_reasons(chosen: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:
+def summary_metrics(summary: Mapping[str, Any]) -> tuple[Metric, ...]:
+    """The metrics a summary holds, in order (the project's unless it names others)."""
+    named = summary.get("metrics")
+    if isinstance(named, list):
+        return tuple((str(m["key"]), str(m["label"]), str(m["field"])) for m in named)
+    return METRICS
+
+
+def _finish_reasons(chosen: Sequence[Mapping[str, Any] | None],
+                    metrics: Sequence[Metric]) -> dict[str, Any]:
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for ev in chosen:
         if ev is None:
             continue
         reason = ev.get("finish_reason")
         groups.setdefault(str(reason) if reason is not None else "(none)", []).append(ev)
+    fields = {key: field for key, _label, field in metrics}
+    execution = fields.get("execution", "execution_ok")
+    structure = fields.get("structural_match") or fields.get("signature") or "structural_match"
     return {reason: {"count": len(evs),
-                     "execution": sum(1 for ev in evs if succeeded(ev, "execution_ok")),
-                     "structural_match": sum(
-                         1 for ev in evs if succeeded(ev, "structural_match"))}
+                     "execution": sum(1 for ev in evs if succeeded(ev, execution)),
+                     "structural_match": sum(1 for ev in evs if succeeded(ev, structure))}
             for reason, evs in sorted(groups.items())}
 
 
@@ -285,12 +355,21 @@ def _env_line(summary: Mapping[str, Any]) -> str:
 
 def _metric_rows(summary: Mapping[str, Any]) -> list[list[str]]:
     rows = []
-    for key, label, _field in METRICS:
+    for key, label, _field in summary_metrics(summary):
         r = summary["rates"][key]
-        rows.append([label, fmt_rate(r["over_selected"]), fmt_rate(r["over_answered"])])
-    eq = summary["rates"]["equivalence"]
-    rows[-1][0] += f" (not checked: {eq['not_checked']})"
+        shown = label
+        if key == "equivalence":
+            shown += f" (not checked: {r['not_checked']})"
+        rows.append([shown, fmt_rate(r["over_selected"]), fmt_rate(r["over_answered"])])
+    for key, value in (summary.get("gaps_pp") or {}).items():
+        rows.append([key.replace("_", " ") + " (pp)", fmt_pp(value["over_selected"]),
+                     fmt_pp(value["over_answered"])])
     return rows
+
+
+def fmt_pp(value: float | None) -> str:
+    """A difference in percentage points: `+38.56 pp`, or `-`."""
+    return "-" if value is None else f"{value:+.2f} pp"
 
 
 def _category_rows(summary: Mapping[str, Any]) -> list[list[str]]:
@@ -363,11 +442,15 @@ CSV_COLUMNS = ("section", "name", "scope", "count", "denominator", "rate")
 def summary_csv_rows(summary: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Tidy rows: one observation per row, numbers only (the JSON holds the context)."""
     rows: list[tuple[Any, ...]] = []
-    for key, _label, _field in METRICS:
+    for key, _label, _field in summary_metrics(summary):
         for scope in ("over_selected", "over_answered"):
             r = summary["rates"][key][scope]
             rows.append(("rate", key, scope.removeprefix("over_"), r["count"], r["denominator"],
                          "" if r["rate"] is None else r["rate"]))
+    for key, value in (summary.get("gaps_pp") or {}).items():
+        for scope in ("over_selected", "over_answered"):
+            rows.append(("gap_pp", key, scope.removeprefix("over_"), "", "",
+                         "" if value[scope] is None else value[scope]))
     n = summary["selected"]
     for c in CATEGORIES:
         count = summary["categories"].get(c, 0)

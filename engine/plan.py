@@ -14,6 +14,8 @@ from engine.prices import estimate_tokens, load_prices, plan_cost
 from engine.release import Prompt, Release, load_release
 from engine.routes import Route, resolve_route
 from engine.storage import canonical_json, sha256_hex
+from engine.study import identity as study_identity
+from engine.study import is_pqid_bench, study_plan_dict
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +26,8 @@ class PlannedRequest:
     body: dict[str, Any]
     body_bytes: bytes
     sha256: str
+    # PQID-Bench releases: the frozen study's identities of this request (engine.study).
+    study: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,8 @@ class Plan:
             "first_prompt_ids": list(self.prompt_ids[:5]),
             "request_set_sha256": self.request_set_sha256,
             "generation_contract": self.contract,
+            "generation_contract_preset": c.generation_contract,
+            **study_plan_dict(self),
             "credential": ("none (--no-auth)" if c.no_auth or not self.route.needs_credential
                            else "read when the run starts: --api-key-file, then "
                            f"${self.route.credential_env}, then the OS keyring"
@@ -106,7 +112,9 @@ class Plan:
 def release_dict(release: Release) -> dict[str, Any]:
     return {"name": release.name, "version": release.version, "digest": release.digest,
             "prompts_sha256": release.prompts_sha256, "modified": release.modified,
-            "prompt_count": len(release.prompts)}
+            "prompt_count": len(release.prompts),
+            "release_format": release.format, "profile": release.profile,
+            "absent_files": len(release.absent), "absent": list(release.absent_summary())}
 
 
 def generation_contract(config: LiveRunConfig, route: Route) -> dict[str, Any]:
@@ -163,7 +171,10 @@ def build_plan(config: LiveRunConfig, release: Release | None = None) -> Plan:
     for prompt in prompts:
         body = adapter.build_body(config.model, prompt.request_messages(), contract)
         data = canonical_json(body)
-        requests.append(PlannedRequest(prompt.prompt_id, body, data, sha256_hex(data)))
+        ident = study_identity(prompt, route.name, route.adapter, config.model, body
+                               ) if is_pqid_bench(release) else None
+        requests.append(PlannedRequest(prompt.prompt_id, body, data, sha256_hex(data),
+                                       ident.to_dict() if ident else None))
     return Plan(config, release, route, contract, prompts, tuple(requests))
 
 

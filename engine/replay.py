@@ -4,6 +4,12 @@ Everything that can be checked is checked before anything runs: the acknowledgem
 release, every line of the responses file, and the output directory. A response line whose
 provider call failed (no content and no generated code, or an error or failed status) is an
 infrastructure failure, recorded as `no_response` without running anything.
+
+Every response is scored under the release's contract, in the release's environment: the
+complete pin set for its pins (`engine.environment`), on a base image whose Python is the one
+the release pins (another is refused, unless the caller accepts the mismatch). The summary
+records the contract, the predicate, what the image actually holds and whether that is the
+release's pinned environment (`environment_matches_release`, and what differs).
 """
 
 from __future__ import annotations
@@ -21,6 +27,14 @@ from engine.docker_runner import (
     EvaluationItem,
     EvaluatorConfig,
     EvaluatorRunner,
+    RunOutcome,
+)
+from engine.environment import (
+    SOURCE_PROJECT,
+    EnvironmentPin,
+    environment_differences,
+    hello_facts,
+    release_environment,
 )
 from engine.errors import InputError, ResumeRefused, UsageError
 from engine.evaluations import (
@@ -35,7 +49,7 @@ from engine.events import (
     ProgressCallback,
     ReplayFinished,
 )
-from engine.release import Release, load_release
+from engine.release import CONTRACT_PQID_BENCH, Release, load_release
 from engine.storage import atomic_write_bytes
 
 EVALUATIONS_FILE = "pqid_bench_canonical_evaluations.jsonl"
@@ -45,6 +59,10 @@ SUMMARY_FILES = {fmt: f"{SUMMARY_STEM}.{ext}" for fmt, ext in
 OUTPUT_FILES = (EVALUATIONS_FILE, *SUMMARY_FILES.values())
 RUN_MANIFEST = "run-manifest.json"
 DEFAULT_TIMEOUT_SECONDS = 20.0
+
+# PQID-Bench's code channel: the first of these fields with text (its reference harness reads
+# them in this order; a raw provider body is never code).
+STUDY_CODE_FIELDS = ("generated_code", "code", "completion", "text")
 
 # A `status` with one of these values marks a provider call that ended in a terminal error.
 _ERROR_STATUSES = frozenset({"error", "failed", "failure", "terminal_error", "provider_error",
@@ -61,6 +79,7 @@ class ResponseLine:
     finish_reason: str | None
     provider_error: str | None  # set: an infrastructure failure, nothing is run
     line: int
+    superseded: tuple[int, ...] = ()  # earlier lines of the same prompt (when the last wins)
 
 
 @dataclass(slots=True)
@@ -77,8 +96,27 @@ class ReplayResult:
                 "files": {k: str(v) for k, v in self.files.items()}}
 
 
-def read_responses(path: Path, release: Release) -> list[ResponseLine]:
-    """Every line of a responses file, or InputError naming the first unusable line."""
+def study_code(obj: Mapping[str, Any]) -> str | None:
+    """PQID-Bench's code channel: the first of `STUDY_CODE_FIELDS` that holds text."""
+    for key in STUDY_CODE_FIELDS:
+        value = obj.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def read_responses(path: Path, release: Release, *,
+                   last_wins: bool | None = None) -> list[ResponseLine]:
+    """Every line of a responses file, or InputError naming the first unusable line.
+
+    A prompt may have one line only, except under PQID-Bench's contract (`last_wins` by
+    default there), whose reference harness keeps a prompt's last line: the earlier ones are
+    then recorded as superseded. Under that contract the code is the study's code channel
+    (`study_code`).
+    """
+    study = release.contract == CONTRACT_PQID_BENCH
+    if last_wins is None:
+        last_wins = study
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -108,18 +146,24 @@ def read_responses(path: Path, release: Release) -> list[ResponseLine]:
         if pid not in known:
             raise InputError(f"{where}: prompt {pid!r} is not in the release "
                              f"{release.name} {release.version}{refusal}")
-        if pid in seen:
+        if pid in seen and not last_wins:
             raise InputError(f"{where}: prompt {pid!r} repeats line {seen[pid]}{refusal}")
         for key in ("content", "generated_code", "finish_reason"):
             if obj.get(key) is not None and not isinstance(obj[key], str):
                 raise InputError(f"{where}: {key} must be a string or null{refusal}")
+        code = study_code(obj) if study else obj.get("generated_code")
+        earlier: tuple[int, ...] = ()
+        if pid in seen:
+            previous = next(r for r in out if r.prompt_id == pid)
+            earlier = (*previous.superseded, previous.line)
+            out.remove(previous)
         seen[pid] = number
-        out.append(ResponseLine(pid, obj.get("content"), obj.get("generated_code"),
-                                obj.get("finish_reason"), _provider_error(obj), number))
+        out.append(ResponseLine(pid, obj.get("content"), code, obj.get("finish_reason"),
+                                _provider_error(obj, code), number, earlier))
     return out
 
 
-def _provider_error(obj: Mapping[str, Any]) -> str | None:
+def _provider_error(obj: Mapping[str, Any], code: str | None) -> str | None:
     error = obj.get("error")
     status = obj.get("status")
     if error:
@@ -129,7 +173,7 @@ def _provider_error(obj: Mapping[str, Any]) -> str | None:
         return f"provider call ended with status {status!r}"
     if isinstance(status, int) and not isinstance(status, bool) and status >= 400:
         return f"provider call ended with HTTP status {status}"
-    if obj.get("content") is None and obj.get("generated_code") is None:
+    if obj.get("content") is None and obj.get("generated_code") is None and code is None:
         return "no response: the line has neither content nor generated_code"
     return None
 
@@ -178,7 +222,8 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
            timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
            allow_modified_release: bool = False,
            overwrite: bool = False,
-           wall_clock_seconds: float | None = None) -> ReplayResult:
+           wall_clock_seconds: float | None = None,
+           allow_environment_mismatch: bool = False) -> ReplayResult:
     """Evaluate every response in a network-disabled container and write the summaries."""
     if not acknowledge_code_execution:
         raise UsageError(
@@ -225,16 +270,17 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
     items = [EvaluationItem(pid, by_response[pid].content, by_response[pid].generated_code,
                             release.by_id[pid].target_metadata)
              for pid in order if pid not in evaluations]
-    config = EvaluatorConfig(timeout_seconds=timeout_seconds)
+    config = EvaluatorConfig(timeout_seconds=timeout_seconds, contract=release.contract)
+    pin = release_environment(release.evaluator_requirements, release.python_version)
     image: str | None = None
     replay_facts: dict[str, Any] = {"containers": 0, "evaluator_killed": [],
                                     "not_evaluated": 0}
+    environment: dict[str, Any] = {}
     if items:
         if runner is None:
-            runner = DockerEvaluatorRunner(
-                base_image=base_image, wheelhouse=wheelhouse,
-                requirements=release.evaluator_requirements,
-                wall_clock_seconds=wall_clock_seconds)
+            runner = evaluator_runner(pin, base_image=base_image, wheelhouse=wheelhouse,
+                                      wall_clock_seconds=wall_clock_seconds,
+                                      allow_environment_mismatch=allow_environment_mismatch)
         image = runner.ensure_image(build=build_image, progress=progress)
 
         def on_line(message: dict[str, Any]) -> None:
@@ -247,10 +293,12 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
                 emit_finished(message["evaluation"])
 
         outcome = runner.run(items, config, on_line)
+        environment = environment_record(runner, outcome, pin)
         for item in items:
             pid = item.prompt_id
             if pid in outcome.evaluations:
-                evaluations[pid] = dict(outcome.evaluations[pid], prompt_id=pid)
+                evaluations[pid] = stamp_evaluation(
+                    dict(outcome.evaluations[pid], prompt_id=pid), release, environment)
             else:
                 reason = outcome.not_evaluated.get(pid, "not evaluated: no result came back")
                 evaluations[pid] = infrastructure_evaluation(pid, "not_evaluated", reason)
@@ -278,14 +326,77 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
             "splits": _splits(release, order),
         },
         "evaluator_config": {k: v for k, v in config.message().items() if k != "type"},
+        "contract": release.contract,
+        "predicate": release.predicate,
         "image": image,
         "replay": replay_facts,
         **summary,
+        **environment_summary(environment, pin),
     }
+    superseded = {r.prompt_id: list(r.superseded) for r in responses if r.superseded}
+    if superseded:
+        summary["superseded_lines"] = superseded
     files = write_outputs(output_dir, ordered, summary)
     if progress is not None:
         progress(ReplayFinished(str(output_dir), dict(summary["categories"])))
     return ReplayResult(output_dir, files, summary, ordered)
+
+
+def evaluator_runner(pin: EnvironmentPin, *, base_image: str | None, wheelhouse: Path | None,
+                     wall_clock_seconds: float | None = None,
+                     allow_environment_mismatch: bool = False) -> DockerEvaluatorRunner:
+    """The Docker runner for a release's environment (its complete pins, its Python)."""
+    # The project's own pins go in as the file they are, so its image keeps its digest.
+    requirements = None if pin.source == SOURCE_PROJECT else pin.requirements
+    return DockerEvaluatorRunner(base_image=base_image, wheelhouse=wheelhouse,
+                                 requirements=requirements, python_version=pin.python,
+                                 wall_clock_seconds=wall_clock_seconds,
+                                 allow_environment_mismatch=allow_environment_mismatch)
+
+
+def environment_record(runner: EvaluatorRunner, outcome: RunOutcome,
+                       pin: EnvironmentPin) -> dict[str, Any]:
+    """What the responses were scored in: the image's own listing where the runner has one
+    (the Docker runner does), else the evaluator's `hello`; and how it differs from the pin."""
+    describe = getattr(runner, "environment_facts", None)
+    facts = describe() if callable(describe) else None
+    if not isinstance(facts, dict):
+        facts = hello_facts(outcome.environment)
+    differences = environment_differences(pin, facts)
+    notes = getattr(runner, "environment_notes", None)
+    for note in notes if isinstance(notes, list) else []:
+        if isinstance(note, str) and note not in differences and not any(
+                d.startswith("python ") for d in differences):
+            differences.append(note)
+    return {"facts": facts, "differences": differences}
+
+
+def environment_summary(environment: Mapping[str, Any], pin: EnvironmentPin) -> dict[str, Any]:
+    """The summary's environment keys (nothing scored: nothing to record but the pin)."""
+    out: dict[str, Any] = {"environment_pin": pin.to_dict()}
+    if environment:
+        differences = list(environment["differences"])
+        out.update({"evaluation_environment": environment["facts"],
+                    "environment_matches_release": not differences,
+                    "environment_differences": differences})
+    return out
+
+
+def stamp_evaluation(evaluation: dict[str, Any], release: Release,
+                     environment: Mapping[str, Any]) -> dict[str, Any]:
+    """One scored evaluation with its contract, predicate and the image that produced it."""
+    evaluation.setdefault("contract", release.contract)
+    if release.predicate is not None:
+        evaluation.setdefault("predicate", release.predicate)
+    facts = environment.get("facts") or {}
+    env = dict(evaluation.get("environment") or {})
+    for key in ("image", "image_id"):
+        if facts.get(key) is not None:
+            env.setdefault(key, facts[key])
+    if facts.get("complete"):
+        env.setdefault("packages", facts.get("packages"))
+    evaluation["environment"] = env
+    return evaluation
 
 
 def _splits(release: Release, ids: list[str]) -> dict[str, int]:

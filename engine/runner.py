@@ -105,11 +105,22 @@ def build_manifest(plan: Plan, credential_source: str) -> dict[str, Any]:
         "selected_prompt_ids": list(plan.prompt_ids),
         "request_set_sha256": plan.request_set_sha256,
         "generation_contract": plan.contract,
+        "generation_contract_preset": c.generation_contract,
         "credential_source": credential_source,
         "contacts_provider": plan.route.adapter != "oracle",
         "send_mode": "batch-api" if c.batch_api else "live",
         "target_metadata_exported": False,
     }
+
+
+def request_record(req: PlannedRequest) -> dict[str, Any]:
+    """One line of requests.jsonl: the exact body, the project's hash of its bytes and, on a
+    PQID-Bench release, the frozen study's identities of the same request (`study`)."""
+    record: dict[str, Any] = {"prompt_id": req.prompt_id, "request_sha256": req.sha256,
+                              "body": req.body}
+    if req.study is not None:
+        record["study"] = req.study
+    return record
 
 
 def refuse_live_resume_of_open_batch(run_dir: RunDir) -> None:
@@ -205,8 +216,7 @@ class LiveRun:
                 refuse_live_resume_of_open_batch(self.run_dir)
         self.credential = resolve_credential(plan.route, c.api_key_file, no_auth=c.no_auth,
                                              env=self.env)
-        requests = [{"prompt_id": r.prompt_id, "request_sha256": r.sha256, "body": r.body}
-                    for r in plan.requests]
+        requests = [request_record(r) for r in plan.requests]
         if resuming:
             self.run_dir.ensure_layout()
             if not self.run_dir.requests_path.exists():

@@ -18,6 +18,7 @@ from qiskit.qpy import common as qpy_common
 from qiskit.quantum_info import Operator, Statevector
 
 from evaluator import discover
+from evaluator.contracts import CONTRACT_PQID_BENCH, pqid_bench
 from evaluator.metadata import IGNORED_OPS, circuit_metadata
 from evaluator.schema import short_error
 
@@ -28,6 +29,7 @@ __all__ = [
     "compare_structure",
     "equivalence",
     "load_circuit",
+    "load_circuits",
 ]
 
 DEFAULT_OPERATOR_MAX_QUBITS = 8
@@ -41,18 +43,31 @@ class CircuitLoadError(Exception):
     """The bytes handed over are not a single circuit this Qiskit wrote."""
 
 
-def load_circuit(data: bytes) -> QuantumCircuit:
-    """Load a candidate circuit from QPY, accepting only the version this Qiskit writes."""
+def _qpy_programs(data: bytes) -> list[Any]:
+    """The programs of a QPY payload, accepting only the version this Qiskit writes."""
     # Older QPY versions take other (legacy) parsing paths; the executor always writes the
     # current one, so anything else was forged and is refused before parsing.
     if len(data) < 7 or data[:6] != b"QISKIT" or data[6] != qpy_common.QPY_VERSION:
         raise CircuitLoadError("not a QPY payload of the expected version")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        programs = qpy.load(io.BytesIO(data))
+        return list(qpy.load(io.BytesIO(data)))
+
+
+def load_circuit(data: bytes) -> QuantumCircuit:
+    """Load a candidate circuit from QPY, accepting only the version this Qiskit writes."""
+    programs = _qpy_programs(data)
     if len(programs) != 1 or not isinstance(programs[0], QuantumCircuit):
         raise CircuitLoadError("the payload does not hold exactly one circuit")
     return programs[0]
+
+
+def load_circuits(data: bytes) -> list[QuantumCircuit]:
+    """Load several candidate circuits from one QPY payload (every program a circuit)."""
+    programs = _qpy_programs(data)
+    if not all(isinstance(program, QuantumCircuit) for program in programs):
+        raise CircuitLoadError("the payload holds something other than circuits")
+    return programs
 
 
 def _expected(target: dict[str, Any], reference: dict[str, Any] | None) -> dict[str, Any]:
@@ -220,7 +235,13 @@ class Grader:
         return self._references[key]
 
     def grade(self, request: dict[str, Any], data: bytes) -> Iterator[dict[str, Any]]:
-        """Yield the structural verdict first, then QASM 3 export and equivalence."""
+        """Yield the structural verdict first, then QASM 3 export and equivalence.
+
+        A request under the PQID-Bench contract is graded by that contract's rules instead.
+        """
+        if request.get("contract") == CONTRACT_PQID_BENCH:
+            yield from pqid_bench.grade(request, data)
+            return
         prompt_id = str(request.get("prompt_id", ""))
         raw_target = request.get("target_metadata")
         target: dict[str, Any] = raw_target if isinstance(raw_target, dict) else {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from evaluator import __version__
+from evaluator.contracts import CONTRACT_PROJECT
 
 __all__ = [
     "CATEGORIES",
@@ -23,6 +24,7 @@ CATEGORIES: tuple[str, ...] = (
     "execution_error",
     "no_circuit",
     "width_mismatch",
+    "clbit_mismatch",  # only under a contract that requires the classical width
     "gate_type_mismatch",
     "gate_count_mismatch",
     "ok",
@@ -67,6 +69,7 @@ def categorize(
     width_match: bool,
     gate_types_match: bool,
     gate_counts_match: bool,
+    clbits_match: bool = True,
 ) -> str:
     """Pick the first category that applies, in precedence order."""
     if not has_code:
@@ -81,6 +84,8 @@ def categorize(
         return "no_circuit"
     if not width_match:
         return "width_mismatch"
+    if not clbits_match:
+        return "clbit_mismatch"
     if not gate_types_match:
         return "gate_type_mismatch"
     if not gate_counts_match:
@@ -112,16 +117,26 @@ def make_evaluation(
     stderr_truncated: bool = False,
     stray_processes_killed: int = 0,
     environment: dict[str, Any] | None = None,
+    structural_match: bool | None = None,
+    contract: str = CONTRACT_PROJECT,
+    predicate: str | None = None,
+    contract_fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Build one canonical evaluation line, with every required field present."""
+    """Build one canonical evaluation line, with every required field present.
+
+    `structural_match` defaults to the project's rule (width, operation types and counts);
+    a contract with another predicate passes its own, and its own fields in `contract_fields`.
+    """
     if category not in CATEGORIES:
         raise ValueError(f"unknown category {category!r}")
-    return {
+    if structural_match is None:
+        structural_match = width_match and gate_types_match and gate_counts_match
+    evaluation = {
         "prompt_id": prompt_id,
         "category": category,
         "execution_ok": execution_ok,
         "circuit_found": circuit_found,
-        "structural_match": width_match and gate_types_match and gate_counts_match,
+        "structural_match": structural_match,
         "width_match": width_match,
         "gate_types_match": gate_types_match,
         "gate_counts_match": gate_counts_match,
@@ -141,4 +156,8 @@ def make_evaluation(
         "stray_processes_killed": stray_processes_killed,
         "evaluator_version": __version__,
         "environment": environment or {},
+        "contract": contract,
+        "predicate": predicate,
     }
+    evaluation.update(contract_fields or {})
+    return evaluation

@@ -7,7 +7,8 @@ records the item, starts a new one and goes on.
 
 Protocol (stdin, JSON lines, read to EOF before anything is scored)::
 
-    {"type": "config", "timeout_seconds": 20, "memory_mb": 2048, "equivalence_max_qubits": 8}
+    {"type": "config", "timeout_seconds": 20, "memory_mb": 2048, "equivalence_max_qubits": 8,
+     "contract": "pqid-tui-1"}
     {"type": "item", "prompt_id": "...", "content": "..." | null,
      "generated_code": "..." | null, "target_metadata": {...}}
 
@@ -24,6 +25,11 @@ with the grader). `timing` is not part of the evaluation: in `hello`, the superv
 and readiness (wall-clock seconds since the epoch) and each worker's import times; per item,
 the forked child's lifetime from fork to reaping (`child_ms`), the snippet's own run inside it
 (`snippet_ms`) and the grader's time on the circuit (`grade_ms`), null where not reached.
+
+Every item of a job is scored under the config's scoring contract (`evaluator.contracts`;
+the project's own when the config names none); an unknown contract is a protocol error. Under
+the PQID-Bench contract each response with code runs twice, each time in a fresh child: the
+strict standalone run (the verdict) and the target-context recovery run (a diagnostic).
 
 A malformed input line yields ``{"type": "fatal", "message": "..."}`` and exit status 2.
 """
@@ -47,6 +53,13 @@ from typing import IO, Any
 
 import evaluator
 from evaluator import processes, wire
+from evaluator.contracts import (
+    CONTRACT_PQID_BENCH,
+    DEFAULT_CONTRACT,
+    UnknownContract,
+    get_contract,
+    pqid_bench,
+)
 from evaluator.executor import WORK_PREFIX
 from evaluator.extract import Extraction, extract_code
 from evaluator.schema import categorize, make_evaluation, short_error
@@ -114,6 +127,7 @@ class Config:
     statevector_max_qubits: int = 14
     grading_timeout_seconds: float = 60.0
     max_processes: int = 8
+    contract: str = DEFAULT_CONTRACT
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Config:
@@ -125,6 +139,12 @@ class Config:
                 continue
             if key not in known:
                 print(f"evaluator: ignoring unknown config key {key!r}", file=sys.stderr)
+                continue
+            if key == "contract":
+                try:
+                    values[key] = get_contract(value).name
+                except UnknownContract as exc:
+                    raise ProtocolError(f"config contract: {exc}") from None
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ProtocolError(f"config {key} must be a number")
@@ -413,7 +433,9 @@ class _Run:
     timed_out: bool = False
     execution_ok: bool = False
     error: str | None = None
+    error_type: str | None = None  # the class of `error` ("Timeout", "EvaluatorError", ...)
     circuit_source: str | None = None
+    circuit_names: list[str] = field(default_factory=list)  # every candidate (PQID-Bench)
     qpy: bytes = b""
     stdout: str = ""
     stdout_truncated: bool = False
@@ -436,6 +458,8 @@ class _Pending:
     started: float
     common: dict[str, Any]
     run: _Run = field(default_factory=_Run)
+    recovery: _Run | None = None  # the PQID-Bench target-context run
+    choice: pqid_bench.CodeChoice | None = None  # the PQID-Bench code channel's verdict
     outputs: dict[str, Any] = field(default_factory=dict)
     evaluation: dict[str, Any] | None = None
     structure: dict[str, Any] | None = None
@@ -443,6 +467,13 @@ class _Pending:
     timing: dict[str, Any] = field(
         default_factory=lambda: {"child_ms": None, "snippet_ms": None, "grade_ms": None}
     )
+
+    @property
+    def payload(self) -> bytes:
+        """What the grader is sent: the circuit's QPY (each run's, one after the other)."""
+        if self.recovery is None:
+            return self.run.qpy
+        return self.run.qpy + self.recovery.qpy
 
     def finish(self, **values: Any) -> dict[str, Any]:
         """The canonical evaluation, timed from the start of the item."""
@@ -596,14 +627,34 @@ class Supervisor:
 
     def _fail_internally(self, pending: _Pending, exc: Exception) -> None:
         """The evaluation of an item that a bug of ours stopped."""
+        error = short_error("EvaluatorError", f"internal error: {exc!r}")
+        extra: dict[str, Any] = {}
+        if self.config.contract == CONTRACT_PQID_BENCH:
+            failed = pqid_bench.run_verdict(
+                execution_success=False, execution_error_type="EvaluatorError", error=error
+            )
+            choice = pending.choice or pqid_bench.select_code(
+                pending.item.generated_code, pending.item.content
+            )
+            _, extra = pqid_bench.evaluation_fields(failed, None, choice)
         pending.evaluation = make_evaluation(
             prompt_id=pending.item.prompt_id,
             category="execution_error",
             execution_ok=False,
             circuit_found=False,
-            error=short_error("EvaluatorError", f"internal error: {exc!r}"),
+            error=error,
             environment=self.environment,
+            **self._contract_fields(extra),
         )
+
+    def _contract_fields(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """The contract's name, predicate and own fields, for `make_evaluation`."""
+        contract = get_contract(self.config.contract)
+        return {
+            "contract": contract.name,
+            "predicate": contract.predicate,
+            "contract_fields": extra,
+        }
 
     def _settle(self, unreported: deque[_Pending]) -> None:
         """Wait until the grader finishes at least one item, then report what is ready."""
@@ -624,7 +675,7 @@ class Supervisor:
 
     def _waiting_bytes(self) -> int:
         """Bytes of circuits waiting to be handed to the grader."""
-        return sum(len(pending.run.qpy) for pending in self._waiting)
+        return sum(len(pending.payload) for pending in self._waiting)
 
     def _sweep(self, sessions: Iterable[int]) -> int:
         """Kill processes a snippet left behind; returns how many were killed."""
@@ -664,8 +715,14 @@ class Supervisor:
         if keep is not None:
             _clear_directory(keep, keep=None)
 
-    def _execute(self, code: str, entrypoint: str | None) -> _Run:
-        """Run the code in the executor and interpret its report."""
+    def _execute(
+        self, code: str, entrypoint: str | None, rules: dict[str, Any] | None = None
+    ) -> _Run:
+        """Run the code in the executor and interpret its report.
+
+        `rules` adds a contract's fields to the request (its name and, for PQID-Bench, the
+        widths of the preloaded registers).
+        """
         config = self.config
         request = {
             "code": code,
@@ -675,6 +732,7 @@ class Supervisor:
                 "memory_mb": config.memory_mb,
                 "processes": config.max_processes,
             },
+            **(rules or {}),
         }
         try:
             self.executor.ensure()
@@ -687,27 +745,49 @@ class Supervisor:
             return _Run(
                 timed_out=isinstance(exc, WorkerTimeout),
                 error=short_error("EvaluatorError", f"{exc}; a fresh one takes the next item"),
+                error_type="EvaluatorError",
             )
         except ValueError as exc:
             self.executor.stop()
-            return _Run(error=short_error("EvaluatorError", f"unreadable executor reply: {exc}"))
+            return _Run(
+                error=short_error("EvaluatorError", f"unreadable executor reply: {exc}"),
+                error_type="EvaluatorError",
+            )
         if not isinstance(header, dict):
-            return _Run(error="EvaluatorError: unreadable executor reply")
+            return _Run(
+                error="EvaluatorError: unreadable executor reply", error_type="EvaluatorError"
+            )
         return _interpret(header, payload)
 
     def _grade_request(self, pending: _Pending) -> None:
         """Hand an item's circuit to the grader without waiting for the verdict."""
-        request = {
-            "prompt_id": pending.item.prompt_id,
-            "target_metadata": pending.item.target_metadata,
-            "equivalence_max_qubits": self.config.equivalence_max_qubits,
-            "statevector_max_qubits": self.config.statevector_max_qubits,
-        }
+        request: dict[str, Any]
+        if pending.recovery is not None:
+            runs = [
+                {"mode": mode, "names": run.circuit_names, "size": len(run.qpy)}
+                for mode, run in (
+                    (pqid_bench.STRICT_MODE, pending.run),
+                    (pqid_bench.RECOVERY_MODE, pending.recovery),
+                )
+            ]
+            request = {
+                "prompt_id": pending.item.prompt_id,
+                "contract": CONTRACT_PQID_BENCH,
+                "target": pqid_bench.grader_target(pending.item.target_metadata),
+                "runs": runs,
+            }
+        else:
+            request = {
+                "prompt_id": pending.item.prompt_id,
+                "target_metadata": pending.item.target_metadata,
+                "equivalence_max_qubits": self.config.equivalence_max_qubits,
+                "statevector_max_qubits": self.config.statevector_max_qubits,
+            }
         pending.structure = None
         # A grader that something killed between items is replaced here, before use.
         self.grader.ensure()
         pending.deadline = time.monotonic() + self.config.grading_timeout_seconds
-        self.grader.send([wire.encode_json(request), pending.run.qpy], pending.deadline)
+        self.grader.send([wire.encode_json(request), pending.payload], pending.deadline)
 
     def _grade_stage(self, pending: _Pending, raw: bytes) -> dict[str, Any] | None:
         """Take in one frame of the grader's answer; the final checks once it is complete.
@@ -766,7 +846,7 @@ class Supervisor:
         while self._waiting and len(self._grading) < 2:
             pending = self._waiting[0]
             if self._grading:
-                size = len(pending.run.qpy) + len(json.dumps(pending.item.target_metadata))
+                size = len(pending.payload) + len(json.dumps(pending.item.target_metadata))
                 if size > _SEND_AHEAD:
                     return
                 # Never to a replacement: its answers would be taken for the earlier ones'.
@@ -839,6 +919,8 @@ class Supervisor:
 
     def _run_snippet(self, item: Item) -> _Pending:
         """Extract and run an item's code; the evaluation is final unless a circuit came back."""
+        if self.config.contract == CONTRACT_PQID_BENCH:
+            return self._run_pqid_bench(item)
         started = time.monotonic()
         if item.generated_code is not None and item.generated_code.strip():
             extraction = Extraction(item.generated_code, "provided", False, 0)
@@ -853,6 +935,7 @@ class Supervisor:
             "prompt_id": item.prompt_id,
             "extraction": extraction_info,
             "environment": self.environment,
+            **self._contract_fields({}),
         }
         pending = _Pending(item=item, started=started, common=common)
         if not extraction.code.strip():
@@ -901,10 +984,83 @@ class Supervisor:
             )
         return pending
 
+    def _run_pqid_bench(self, item: Item) -> _Pending:
+        """Run an item's code under the PQID-Bench contract: strict run, then recovery run."""
+        started = time.monotonic()
+        choice = pqid_bench.select_code(item.generated_code, item.content)
+        common: dict[str, Any] = {"prompt_id": item.prompt_id, "environment": self.environment}
+        pending = _Pending(item=item, started=started, common=common, choice=choice)
+        if choice.empty:
+            self._finish_pqid(pending, pqid_bench.empty_verdict(), pqid_bench.empty_verdict())
+            return pending
+        # Strict standalone (an empty context), then the target context.
+        contexts: tuple[dict[str, Any], ...] = ({}, item.target_metadata)
+        runs: list[_Run] = []
+        killed = 0
+        for context in contexts:
+            widths = pqid_bench.register_widths(context)
+            rules = {"contract": CONTRACT_PQID_BENCH, "registers": list(widths)}
+            run = self._execute(choice.code, None, rules)
+            killed += self._sweep([run.child_pid] if run.child_pid else [])
+            if self.container:
+                self._clear_scratch()
+            runs.append(run)
+        pending.run, pending.recovery = runs
+        pending.timing.update(
+            child_ms=runs[0].child_ms,
+            snippet_ms=runs[0].exec_ms,
+            recovery_child_ms=runs[1].child_ms,
+            recovery_snippet_ms=runs[1].exec_ms,
+        )
+        strict = pending.run
+        pending.outputs = {
+            "stdout_excerpt": strict.stdout[:_EXCERPT],
+            "stdout_truncated": strict.stdout_truncated or len(strict.stdout) > _EXCERPT,
+            "stderr_excerpt": strict.stderr[-_EXCERPT:],
+            "stderr_truncated": strict.stderr_truncated or len(strict.stderr) > _EXCERPT,
+            "stray_processes_killed": killed,
+        }
+        if not any(run.execution_ok and run.circuit_names for run in runs):
+            self._finish_pqid(
+                pending,
+                _pqid_verdict(runs[0], None, None, None),
+                _pqid_verdict(runs[1], None, None, None),
+            )
+        return pending
+
+    def _finish_pqid(
+        self, pending: _Pending, strict: dict[str, Any], recovery: dict[str, Any] | None
+    ) -> None:
+        """The evaluation of an item under the PQID-Bench contract, from its two runs."""
+        assert pending.choice is not None
+        project, own = pqid_bench.evaluation_fields(strict, recovery, pending.choice)
+        pending.finish(**project, **pending.outputs, **self._contract_fields(own))
+
+    def _judge_pqid(
+        self, pending: _Pending, structure: dict[str, Any] | None, final: dict[str, Any]
+    ) -> None:
+        """Finish a PQID-Bench item from the grader's verdicts on its two runs."""
+        assert pending.recovery is not None
+        structures = (structure or {}).get("runs")
+        finals = final.get("runs")
+        error = final.get("error")
+        verdicts = []
+        for index, run in enumerate((pending.run, pending.recovery)):
+            run_structure = structures[index] if isinstance(structures, list) else None
+            run_final = finals[index] if isinstance(finals, list) else None
+            if structure is None:
+                run_structure = {"loaded": False, "load_error": error or "no verdict"}
+                run_structure["grading_failed"] = True
+            verdicts.append(_pqid_verdict(run, run_structure, run_final, error))
+        self._finish_pqid(pending, verdicts[0], verdicts[1])
+
     def _judge(
         self, pending: _Pending, structure: dict[str, Any] | None, final: dict[str, Any]
     ) -> None:
         """Finish an item's evaluation from the grader's verdict."""
+        if pending.recovery is not None:
+            self._judge_pqid(pending, structure, final)
+            return
         outputs = pending.outputs
         if structure is None or not structure.get("loaded"):
             why = (structure or {}).get("load_error") or final.get("error") or "unknown"
@@ -970,10 +1126,12 @@ def _interpret(header: dict[str, Any], payload: bytes) -> _Run:
     )
     if header.get("executor_error"):
         run.error = short_error("EvaluatorError", str(header["executor_error"]))
+        run.error_type = "EvaluatorError"
         return run
     if header.get("timed_out"):
         run.timed_out = True
         run.error = "Timeout: the snippet ran past its time limit and was killed"
+        run.error_type = "Timeout"
         return run
     status = header.get("status")
     signum = header.get("signal")
@@ -981,15 +1139,19 @@ def _interpret(header: dict[str, Any], payload: bytes) -> _Run:
         if signum == signal.SIGXCPU:
             run.timed_out = True
             run.error = "Timeout: the snippet used up its CPU time limit"
+            run.error_type = "Timeout"
         elif isinstance(signum, int):
             run.error = f"Killed: the snippet process was ended by {_signal_name(signum)}"
+            run.error_type = "Killed"
         elif header.get("result_error"):
             run.error = short_error("EvaluatorError", str(header["result_error"]))
+            run.error_type = "EvaluatorError"
         else:
             run.error = (
                 f"SnippetExit: the snippet process exited with status {header.get('exit_code')}"
                 " before reporting a result"
             )
+            run.error_type = "SnippetExit"
         return run
     run.exec_ms = _milliseconds(status.get("exec_ms"))
     run.circuit_source = (
@@ -998,21 +1160,52 @@ def _interpret(header: dict[str, Any], payload: bytes) -> _Run:
     error_type = status.get("error_type")
     if error_type:
         message = short_error(str(error_type), str(status.get("error") or ""))
+        run.error_type = str(error_type)[:100]
         if status.get("phase") == "compile":
             run.compiled = False
         elif status.get("phase") == "setup":
             message = short_error("EvaluatorError", f"snippet setup failed: {message}")
+            run.error_type = "EvaluatorError"
         run.error = message
         return run
     if header.get("result_error"):
         run.error = short_error("EvaluatorError", str(header["result_error"]))
+        run.error_type = "EvaluatorError"
         return run
     run.execution_ok = True
+    names = status.get("circuits")
+    if isinstance(names, list):
+        run.circuit_names = [str(name) for name in names]
     if payload:
         run.qpy = payload
     else:
         run.error = short_error("NoCircuit", str(status.get("note") or "no QuantumCircuit found"))
     return run
+
+
+def _pqid_verdict(
+    run: _Run,
+    structure: dict[str, Any] | None,
+    final: dict[str, Any] | None,
+    final_error: object,
+) -> dict[str, Any]:
+    """One PQID-Bench run's verdict from the executor's report and the grader's stages."""
+    if not run.execution_ok:
+        return pqid_bench.run_verdict(
+            execution_success=False,
+            execution_error_type=run.error_type or "EvaluatorError",
+            error=run.error,
+            timed_out=run.timed_out,
+        )
+    return pqid_bench.run_verdict(
+        execution_success=True,
+        execution_error_type=None,
+        error=None if run.circuit_names else run.error,
+        names=run.circuit_names,
+        structure=structure,
+        final=final,
+        final_error=str(final_error) if final_error else None,
+    )
 
 
 def _count(value: object) -> int:

@@ -1,24 +1,27 @@
 """Replay and compare screen: Docker status, image build log, replay with acknowledgement,
-the comparison with denominators and partial marks, the taxonomy, export."""
+the comparison with denominators and partial marks (sortable by every column from the
+keyboard, never truncated), the bar chart, the taxonomy, export."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-from rich.text import Text
-from textual.widgets import Checkbox, DataTable, Log, ProgressBar, Static
-from textual.widgets.data_table import ColumnKey
+from rich.cells import cell_len
+from textual.geometry import Region
+from textual.widgets import Checkbox, Log, ProgressBar, Static
 
 from engine.compare import compare
 from engine.release import load_release
 from pqid_tui.app import make_app
 from pqid_tui.screens.dialogs import ConfirmScreen
 from pqid_tui.screens.replay import ReplayScreen
-from pqid_tui.screens.replay_service import EngineReplayService
+from pqid_tui.screens.replay_service import Comparison, EngineReplayService
 from pqid_tui.widgets.bar_chart import BarChart, bar
-from tests.helpers import write_release
+from pqid_tui.widgets.sort_table import SortableTable
+from tests.helpers import prompt_line, write_release
 from tests.test_app_support import SIZE, FakeReplayService, make_run
 
 
@@ -70,21 +73,37 @@ async def test_build_replay_compare_and_export(tmp_path: Path) -> None:
         assert bar_widget.total == 4 and bar_widget.progress == 4
         assert ("compare", run, False) in service.calls
 
-        table = screen.query_one("#comparison", DataTable)
-        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
-        assert rows[0][:4] == ["groq/demo-model", "candidate", "4", "4"]
-        assert "50.0% (2/4)" in rows[0] and rows[0][-1] == "partial"
+        table = screen.query_one("#comparison", SortableTable)
+        keys = [c.key for c in table.table_columns]
+        assert keys == ["row", "kind", "n", "answered", "execution", "structural_match",
+                        "qasm3_export", "equivalence", "partial"]
+        # Sorted by the first rate, highest first: the oracle (4/4) above the run (3/4).
+        assert table.sort_key == "execution" and table.sort_reverse
+        assert shown(table)[0][:4] == ["oracle", "reference", "4", "4"]
+        cand = shown(table)[1]
+        assert cand[:4] == ["groq/demo-model", "candidate", "4", "4"]
+        assert "50.0% (2/4)" in cand and cand[-1] == "partial"
+        assert [r.highlight for r in table.ordered] == [False, True]
         assert "PARTIAL" in str(screen.query_one("#compare-note", Static).render())
         chart = screen.query_one(BarChart)
-        assert chart.rows[0] == ("groq/demo-model", 0.75, "(3/4) partial")
-        taxonomy = screen.query_one("#taxonomy", DataTable)
-        assert [str(c) for c in taxonomy.get_row_at(0)] == ["ok", "2", "50.0%"]
+        assert chart.title == "execution, highest first"
+        assert chart.rows[1] == ("groq/demo-model", 0.75, "(3/4) partial", True)
+        taxonomy = screen.query_one("#taxonomy", SortableTable)
+        assert shown(taxonomy)[0] == ["ok", "2", "50.0%"]
 
-        key = ColumnKey("structural_match")
-        table.post_message(DataTable.HeaderSelected(table, key, 5, Text("structural match")))
-        await pilot.pause()
-        assert str(table.get_row_at(0)[0]) == "oracle"  # highest rate first
-        assert chart.rows[0][0] == "oracle" and chart.title.startswith("structural match")
+        # From the keyboard: the focused table sorts by the column under its cursor.
+        assert screen.focused is table
+        await pilot.press("s")  # column 0, "row": A to Z
+        assert table.sort_key == "row" and not table.sort_reverse
+        assert [r[0] for r in shown(table)] == ["groq/demo-model", "oracle"]
+        assert "row ▲" in drawn(table)[0]
+        assert chart.title.startswith("execution")  # a text column leaves the chart as it was
+        await pilot.press("s")  # again: reversed
+        assert [r[0] for r in shown(table)] == ["oracle", "groq/demo-model"]
+        await pilot.press(*["right"] * keys.index("structural_match"), "s")
+        assert table.sort_key == "structural_match" and table.sort_reverse
+        assert chart.title == "structural match, highest first"
+        assert chart.rows[1] == ("groq/demo-model", 0.5, "(2/4) partial", True)
 
         await pilot.press("x")
         await app.workers.wait_for_complete()
@@ -172,3 +191,163 @@ async def test_an_engine_refusal_is_reported_and_the_app_carries_on(tmp_path: Pa
         assert "compare_run failed: the candidate is partial" in "\n".join(
             screen.query_one("#log", Log).lines)
     assert app.return_value is None and run.exists()
+
+
+def shown(table: SortableTable) -> list[list[str]]:
+    """The table's cells in display order, as text."""
+    return [[r.cells[c.key].text if c.key in r.cells else "" for c in table.table_columns]
+            for r in table.ordered]
+
+
+def drawn(table: SortableTable) -> list[str]:
+    """The table's lines as they would be drawn now (no idle pass in between)."""
+    region = Region(0, 0, table.size.width, table.size.height)
+    return ["".join(seg.text for seg in strip).rstrip() for strip in table.render_lines(region)]
+
+
+def model_evaluation(pid: str, i: int, j: int) -> dict[str, Any]:
+    """A synthetic evaluation: prompt i of row j, outcomes from a fixed pattern."""
+    runs = (i * 7 + j * 5) % 11 != 0
+    ok = runs and (i + 2 * j) % (3 + j % 4) != 0
+    return {"prompt_id": pid, "category": "ok" if ok else (
+                "gate_count_mismatch" if runs else "execution_error"),
+            "execution_ok": runs, "circuit_found": runs, "structural_match": ok,
+            "width_match": runs, "gate_types_match": runs, "gate_counts_match": ok,
+            "qasm3_ok": runs and (i + j) % 13 != 0, "equivalent": None,
+            "equivalence_reason": "not checked", "error": None, "duration_ms": 5,
+            "evaluator_version": "0.1.0"}
+
+
+ROW_NAMES = tuple(f"synthetic-model-{j:02d}" + ("-with-a-long-route-and-name" if j % 4 == 0
+                                                 else "") for j in range(1, 22))
+
+
+def synthetic_matrix_release(root: Path, prompts: int = 70) -> Path:
+    """A pqid-release/1 with `prompts` test prompts and 21 frozen model rows whose synthetic
+    evaluations follow fixed patterns (so rates, counts and paired differences vary)."""
+    ids = [f"ghz_{i:03d}" for i in range(prompts)]
+    frozen = {name: [model_evaluation(pid, i, j) for i, pid in enumerate(ids)]
+              for j, name in enumerate(ROW_NAMES, start=1)}
+    write_release(root, lines=[prompt_line(pid, 2 + i % 4) for i, pid in enumerate(ids)],
+                  frozen=frozen)
+    matrix_path = root / "frozen" / "matrix.json"
+    matrix = json.loads(matrix_path.read_text())
+    for row in matrix["rows"]:
+        row.update(kind="model", provider="synthetic", model=row["label"])
+    matrix_path.write_text(json.dumps(matrix))
+    manifest = json.loads((root / "release.json").read_text())
+    manifest["files"]["frozen/matrix.json"] = hashlib.sha256(matrix_path.read_bytes()
+                                                             ).hexdigest()
+    (root / "release.json").write_text(json.dumps(manifest, indent=2))
+    return root
+
+
+async def synthetic_replayed_run(runs: Path, release: Path) -> Path:
+    """A real run over the scripted provider, with synthetic evaluations as if replayed."""
+    run = await make_run(runs, release, "groq-demo")
+    ids = [p.prompt_id for p in load_release(release).prompts]
+    (run / "evaluation").mkdir()
+    (run / "evaluation" / "pqid_bench_canonical_evaluations.jsonl").write_text("".join(
+        json.dumps(model_evaluation(pid, i, 0)) + "\n" for i, pid in enumerate(ids)))
+    return run
+
+
+class EngineCompareService(FakeReplayService):
+    """The fake Docker side, with the engine's real comparison, taxonomy and export."""
+
+    def __init__(self) -> None:
+        super().__init__(image_present=True)
+        self.engine = EngineReplayService()
+
+    def compare(self, run_dir: Path, release_dir: Path, *, allow_partial: bool) -> Comparison:
+        self.calls.append(("compare", run_dir, allow_partial))
+        return self.engine.compare(run_dir, release_dir, allow_partial=allow_partial)
+
+    def taxonomy(self, run_dir: Path) -> dict[str, int]:
+        return self.engine.taxonomy(run_dir)
+
+
+WIDE = (260, 60)
+
+
+async def test_sorting_by_every_column_from_the_keyboard_keeps_every_cell_whole(
+        tmp_path: Path) -> None:
+    """Issue 13: sorting once drew every column at its header's width (`n` read `7` for `70`,
+    names cut to three letters) and worked only with the mouse. Each column is sorted here
+    with `s`, twice (both directions); after each, the order is checked against the column's
+    values and every cell is checked whole in what the table draws at once."""
+    release = synthetic_matrix_release(tmp_path / "release")
+    runs = tmp_path / "runs"
+    await synthetic_replayed_run(runs, release)
+    app = make_app(release, runs, replay_service=EngineCompareService())
+    async with app.run_test(size=WIDE) as pilot:
+        screen = await open_replay(app, pilot)
+        await pilot.press("m")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        table = screen.query_one("#comparison", SortableTable)
+        assert screen.focused is table and len(table.ordered) == 22
+        columns = table.table_columns
+        assert [c.key for c in columns][:6] == ["rank", "row", "kind", "n", "answered",
+                                                "execution"]
+        assert any(c.key.startswith("paired:") for c in columns)
+        for index, column in enumerate(columns):
+            directions = set()
+            for press in (0, 1):
+                await pilot.press(*(["right"] if index and not press else []), "s")
+                assert table.sort_key == column.key, column.key
+                directions.add(table.sort_reverse)
+                values = [r.cells[column.key].value for r in table.ordered]
+                present = [v for v in values if v is not None]
+                assert values == present + [None] * (len(values) - len(present))
+                expected = sorted(present, key=lambda v: v if column.numeric
+                                  else str(v).casefold(), reverse=table.sort_reverse)
+                assert present == expected, (column.key, table.sort_reverse)
+                check_whole(table)
+                # What a terminal draws before the table's next idle pass (the old bug).
+                table.sort_by(column.key, table.sort_reverse)
+                check_whole(table)
+            assert directions == {True, False}, column.key
+        names = [r.cells["row"].text for r in table.ordered]
+        assert set(names) == {*ROW_NAMES, "groq/demo-model"}
+
+
+def check_whole(table: SortableTable) -> None:
+    """Every cell's full text is on the line drawn for its row; `n` reads 70."""
+    lines = drawn(table)
+    assert len(lines) >= 1 + len(table.ordered)
+    for row, line in zip(table.ordered, lines[1:], strict=False):
+        for column in table.table_columns:
+            cell = row.cells.get(column.key)
+            if cell is not None and cell.text:
+                assert cell.text in line, (column.key, cell.text, line)
+                assert table.column_width(column) >= cell_len(cell.text)
+        assert f" {row.cells['n'].text} " in line and row.cells["n"].text == "70"
+
+
+async def test_the_chart_has_one_bar_per_row_highest_first(tmp_path: Path) -> None:
+    """22 rows: one line per row in the chart, highest first, the run marked with ▶ and its
+    name in full; a label longer than the chart allows ends in an ellipsis, never mid-word
+    without one."""
+    release = synthetic_matrix_release(tmp_path / "release")
+    runs = tmp_path / "runs"
+    await synthetic_replayed_run(runs, release)
+    app = make_app(release, runs, replay_service=EngineCompareService())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_replay(app, pilot)
+        await pilot.press("m")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        chart = screen.query_one("#chart", BarChart)
+        assert len(chart.rows) == 22
+        rates = [r.rate for r in chart.rows]
+        assert rates == sorted(rates, reverse=True)  # type: ignore[type-var]
+        lines = chart.render().plain.splitlines()
+        # The rank metric of the project's contract, as the engine names it.
+        assert lines[0] == "structural match, highest first" and len(lines) == 23
+        marked = [line for line in lines[1:] if line.startswith("▶ ")]
+        assert len(marked) == 1 and "groq/demo-model " in marked[0]
+        for row, line in zip(chart.rows, lines[1:], strict=True):
+            assert f"{row.rate * 100:5.1f}% {row.note}" in line  # type: ignore[operator]
+            assert row.label in line or (len(row.label) > 30 and "…" in line)
+        assert any("…" in line for line in lines)  # the longest names did not fit at 120

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from engine.errors import ReleaseError
 
@@ -63,6 +63,33 @@ class FrozenRow:
 
 
 @dataclass(frozen=True, slots=True)
+class Verification:
+    """The check of every present file a release's manifest lists (`verify`)."""
+
+    manifest: str  # the file that lists them: "release.json" or "ARTIFACT_MANIFEST.tsv"
+    listed: int
+    verified: int
+    absent: tuple[str, ...]
+    mismatched: tuple[str, ...]  # relative paths, in manifest order
+    problems: tuple[str, ...]  # one message per mismatch, naming the file
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatched
+
+
+class FileVerifier(Protocol):
+    """Verifies a release's files against its manifest, each file at most once."""
+
+    def check(self, rel: str, purpose: str) -> None:
+        """Verify one listed file before use; ReleaseError naming it if it does not match."""
+
+    def verify_all(self) -> Verification:
+        """Verify every present file the manifest lists."""
+
+
+@dataclass(frozen=True, slots=True)
 class Release:
     """A verified release: prompts in file order plus the frozen matrix.
 
@@ -92,6 +119,14 @@ class Release:
     # Loads one row's frozen cells as canonical evaluations (set by the format's loader).
     cells_loader: Callable[[Release, FrozenRow], list[dict[str, Any]]] | None = field(
         default=None, repr=False, compare=False)
+    # PQID-Bench: the SHA-256 of ARTIFACT_MANIFEST.tsv's bytes (the copy's file list); `digest`
+    # is the release's identity, the same for the core distribution and the evidence repository.
+    manifest_sha256: str | None = None
+    # Set when the release was read from a .zip (extracted into the user cache dir).
+    archive: str | None = None
+    archive_sha256: str | None = None
+    # Verifies files on first use (`require`) and all at once (`verify_all`).
+    verifier: FileVerifier | None = field(default=None, repr=False, compare=False)
 
     @property
     def by_id(self) -> dict[str, Prompt]:
@@ -119,8 +154,32 @@ class Release:
         return read_evaluations_file(self.root / row.evaluations)
 
     def require(self, rel: str, purpose: str) -> Path:
-        """The path of a file this command needs; ReleaseError naming it if it is absent."""
+        """The path of a file this command needs, verified against the release's manifest;
+        ReleaseError naming it if it is absent or does not match."""
         if rel in self.absent:
             raise ReleaseError(f"{self.root / rel}: {purpose} needs this file, which the release "
                                "manifest lists but this copy does not have")
+        if self.verifier is not None:
+            self.verifier.check(rel, purpose)
         return self.root / rel
+
+    def verify_all(self) -> Verification:
+        """Check every present file the manifest lists (the `verify` command)."""
+        if self.verifier is not None:
+            return self.verifier.verify_all()
+        return Verification("release.json", self.manifest_files, self.verified_files,
+                            self.absent, (), self.problems)
+
+    def absent_summary(self) -> tuple[str, ...]:
+        """The absent files, a folder missing entirely named once: `dir/ (N files)`."""
+        groups: dict[str, int] = {}
+        for rel in self.absent:
+            parts = rel.split("/")
+            key = rel
+            for depth in range(1, len(parts)):
+                if not (self.root.joinpath(*parts[:depth])).exists():
+                    key = "/".join(parts[:depth]) + "/"
+                    break
+            groups[key] = groups.get(key, 0) + 1
+        return tuple(k if not k.endswith("/") else f"{k} ({n} file{'s' if n != 1 else ''})"
+                     for k, n in sorted(groups.items()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from engine.release.model import (
     FrozenRow,
     Prompt,
     Release,
+    Verification,
 )
 
 RELEASE_FORMAT = FORMAT_PQID_RELEASE
@@ -31,7 +33,7 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+def read_jsonl_objects(path: Path) -> list[tuple[int, dict[str, Any]]]:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -55,7 +57,7 @@ def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
 def read_evaluations_file(path: Path) -> list[dict[str, Any]]:
     """A canonical evaluations file (JSONL), each line with a string prompt_id."""
     out: list[dict[str, Any]] = []
-    for number, obj in _jsonl(path):
+    for number, obj in read_jsonl_objects(path):
         if not isinstance(obj.get("prompt_id"), str):
             raise ReleaseError(f"{path}:{number}: evaluation without a string prompt_id")
         out.append(obj)
@@ -79,15 +81,8 @@ def _safe_relative(root: Path, rel: object, where: str) -> Path:
     return root / rel
 
 
-def _parse_prompt(path: Path, number: int, obj: dict[str, Any]) -> Prompt:
-    where = f"{path}:{number}"
-    pid = obj.get("prompt_id")
-    if not isinstance(pid, str) or not PROMPT_ID_RE.match(pid):
-        raise ReleaseError(f"{where}: prompt_id must be a short string of letters, digits, _.:-")
-    split = obj.get("split")
-    if not isinstance(split, str) or not split:
-        raise ReleaseError(f"{where}: prompt {pid} has no split")
-    messages = obj.get("messages")
+def parse_messages(where: str, pid: str, messages: object) -> tuple[dict[str, str], ...]:
+    """A prompt's model-facing messages, checked: each a role and a string content."""
     if not isinstance(messages, list) or not messages:
         raise ReleaseError(f"{where}: prompt {pid} has no messages list")
     clean: list[dict[str, str]] = []
@@ -98,13 +93,25 @@ def _parse_prompt(path: Path, number: int, obj: dict[str, Any]) -> Prompt:
                 f"{where}: prompt {pid}: each message needs a role (system, user, assistant)"
                 " and a string content")
         clean.append({"role": m["role"], "content": m["content"]})
+    return tuple(clean)
+
+
+def _parse_prompt(path: Path, number: int, obj: dict[str, Any]) -> Prompt:
+    where = f"{path}:{number}"
+    pid = obj.get("prompt_id")
+    if not isinstance(pid, str) or not PROMPT_ID_RE.match(pid):
+        raise ReleaseError(f"{where}: prompt_id must be a short string of letters, digits, _.:-")
+    split = obj.get("split")
+    if not isinstance(split, str) or not split:
+        raise ReleaseError(f"{where}: prompt {pid} has no split")
+    clean = parse_messages(where, pid, obj.get("messages"))
     meta = obj.get("target_metadata")
     if not isinstance(meta, dict):
         raise ReleaseError(f"{where}: prompt {pid} has no target_metadata object")
     entry = meta.get("entrypoint", "build_circuit")
     if not isinstance(entry, str) or not entry.isidentifier():
         raise ReleaseError(f"{where}: prompt {pid}: entrypoint must be a Python identifier")
-    return Prompt(pid, split, tuple(clean), meta, number)
+    return Prompt(pid, split, clean, meta, number)
 
 
 def load_pqid_release(root: Path | str, *, allow_modified: bool = False) -> Release:
@@ -131,7 +138,9 @@ def load_pqid_release(root: Path | str, *, allow_modified: bool = False) -> Rele
         if not isinstance(manifest.get(key), str) or not manifest[key]:
             raise ReleaseError(f"{manifest_path}: {key!r} must be a non-empty string")
 
+    start = time.perf_counter()
     problems: list[str] = []
+    mismatched: list[str] = []
     prompts_entry = manifest.get("prompts")
     if not isinstance(prompts_entry, dict):
         raise ReleaseError(f"{manifest_path}: 'prompts' must be an object with path, count, sha256")
@@ -143,6 +152,7 @@ def load_pqid_release(root: Path | str, *, allow_modified: bool = False) -> Rele
         raise ReleaseError(f"{prompts_path}: file is missing (named in {manifest_path})")
     prompts_sha = sha256_file(prompts_path)
     if prompts_sha != expected_sha:
+        mismatched.append(str(prompts_entry.get("path")))
         problems.append(f"{prompts_path}: SHA-256 is {prompts_sha}, "
                         f"release.json says {expected_sha}")
 
@@ -155,14 +165,19 @@ def load_pqid_release(root: Path | str, *, allow_modified: bool = False) -> Rele
             raise ReleaseError(f"{path}: file is missing (named in {manifest_path})")
         actual = sha256_file(path)
         if actual != sha:
+            mismatched.append(rel)
             problems.append(f"{path}: SHA-256 is {actual}, release.json says {sha}")
     if problems and not allow_modified:
         raise ReleaseError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1
                                           else "") + "; the release was modified")
+    listed = 1 + len(files)
+    verification = Verification("release.json", listed, listed - len(mismatched), (),
+                                tuple(mismatched), tuple(problems),
+                                time.perf_counter() - start)
 
     prompts: list[Prompt] = []
     seen: dict[str, int] = {}
-    for number, obj in _jsonl(prompts_path):
+    for number, obj in read_jsonl_objects(prompts_path):
         prompt = _parse_prompt(prompts_path, number, obj)
         if prompt.prompt_id in seen:
             raise ReleaseError(f"{prompts_path}:{number}: duplicate prompt_id {prompt.prompt_id!r}"
@@ -195,7 +210,21 @@ def load_pqid_release(root: Path | str, *, allow_modified: bool = False) -> Rele
         evaluator_requirements=tuple(reqs) if reqs is not None else None,
         problems=tuple(problems),
         contract=_contract(manifest_path, evaluator),
-        verified_files=1 + len(files), manifest_files=1 + len(files))
+        verified_files=1 + len(files), manifest_files=1 + len(files),
+        verifier=_LoadedVerification(verification))
+
+
+class _LoadedVerification:
+    """pqid-release/1 verifies every file at load: `verify_all` reports that check."""
+
+    def __init__(self, verification: Verification) -> None:
+        self._verification = verification
+
+    def check(self, rel: str, purpose: str) -> None:
+        return None
+
+    def verify_all(self) -> Verification:
+        return self._verification
 
 
 def _contract(manifest_path: Path, evaluator: dict[str, Any]) -> str:

@@ -33,8 +33,10 @@ def register(sub: Any) -> None:
     p.add_argument("--build-image", action="store_true",
                    help="build the evaluator image when it does not exist yet")
     p.add_argument("--base-image", metavar="IMAGE",
-                   help="base of the evaluator image: python3 3.10+ with venv "
-                        "(default python:3.11-slim; offline: see .ci/base-image)")
+                   help="base of the evaluator image: python3 with venv, the Python the "
+                        "release pins (default python:3.11-slim, or python:X.Y-slim for a "
+                        "release pinning X.Y; offline: .ci/base-image pqid-base:bookworm, "
+                        "or pqid-base:trixie trixie for PQID-Bench's 3.13)")
     p.add_argument("--wheelhouse", type=Path, metavar="DIR",
                    help="install the pinned requirements from these wheels, with no index "
                         "(fill it with .ci/wheelhouse-fill DIR)")
@@ -43,6 +45,9 @@ def register(sub: Any) -> None:
     p.add_argument("--container-timeout-seconds", type=float, metavar="N",
                    help="wall-clock limit of the whole evaluation (default: generous, from the "
                         "number of responses); what is left is recorded as not evaluated")
+    p.add_argument("--allow-environment-mismatch", action="store_true",
+                   help="score even when the base image's Python is not the release's pinned "
+                        "one (the summary then says environment_matches_release: false)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results of an earlier replay in --output-dir")
     p.add_argument("--allow-modified-release", action="store_true",
@@ -94,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
             progress=None if args.quiet else ReplayProgress(),
             timeout_seconds=args.timeout_seconds,
             allow_modified_release=args.allow_modified_release, overwrite=args.overwrite,
-            wall_clock_seconds=args.container_timeout_seconds)
+            wall_clock_seconds=args.container_timeout_seconds,
+            allow_environment_mismatch=args.allow_environment_mismatch)
     except EvaluatorFailed as exc:
         # Not the user's mistake (exit 1, not 2), but still one message, not a traceback.
         print(f"pqid-tui: error: {exc}", file=sys.stderr)

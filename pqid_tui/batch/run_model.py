@@ -53,9 +53,13 @@ def register(sub: Any) -> None:
                    help="required to send prompts: the provider's retention, policy, quota and "
                         "billing terms apply")
     g = p.add_argument_group("generation contract")
-    g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--max-output-tokens", type=int, default=2048)
+    g.add_argument("--generation-contract", choices=["pqid-bench"], metavar="NAME",
+                   help="a named set of the settings below; explicit flags override it. "
+                        "pqid-bench: what the frozen PQID-Bench study sent (temperature 0, "
+                        "top_p 1, 2048 output tokens as max_tokens; on anthropic no top_p)")
+    g.add_argument("--temperature", type=float, help="sampling temperature (default 0)")
+    g.add_argument("--top-p", type=float, help="nucleus sampling (default 1)")
+    g.add_argument("--max-output-tokens", type=int, help="output limit (default 2048)")
     g.add_argument("--omit-temperature", action="store_true",
                    help="do not send temperature (routes that reject it)")
     g.add_argument("--omit-top-p", action="store_true", help="do not send top_p")
@@ -139,6 +143,17 @@ def _ids(values: list[str] | None) -> tuple[str, ...] | None:
     return tuple(i.strip() for v in values for i in v.split(",") if i.strip())
 
 
+def _generation_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The generation settings given on the command line, and only those: a named contract
+    fills the others, and an explicit flag overrides it."""
+    given = {"generation_contract": args.generation_contract, "temperature": args.temperature,
+             "top_p": args.top_p, "max_output_tokens": args.max_output_tokens,
+             "max_output_field": args.max_output_field, "seed": args.seed,
+             "omit_temperature": args.omit_temperature or None,
+             "omit_top_p": args.omit_top_p or None}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def config_from_args(args: argparse.Namespace) -> Any:
     from engine.config import make_config
 
@@ -152,10 +167,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         output_dir=Path(args.output_dir) if args.output_dir else None,
         provider=args.provider, model=model, base_url=args.base_url,
         headers=_headers(args.header), api_key_file=args.api_key_file, no_auth=args.no_auth,
-        acknowledge_prompt_export=args.acknowledge, temperature=args.temperature,
-        top_p=args.top_p, max_output_tokens=args.max_output_tokens,
-        omit_temperature=args.omit_temperature, omit_top_p=args.omit_top_p,
-        max_output_field=args.max_output_field, seed=args.seed,
+        acknowledge_prompt_export=args.acknowledge, **_generation_args(args),
         extra_body=_extra_body(args.extra_body_json), split=args.split, limit=args.limit,
         prompt_ids=_ids(args.prompt_ids), concurrency=args.concurrency,
         max_retries=args.max_retries, retry_backoff_seconds=args.retry_backoff_seconds,

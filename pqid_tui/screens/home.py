@@ -10,8 +10,10 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, DataTable, Footer, Header, Static
+from textual.widgets import Button, Collapsible, DataTable, Footer, Header, Static
 
+from engine.release import FORMAT_PQID_BENCH_CORE, FORMAT_PQID_BENCH_EVIDENCE, Release
+from engine.release.model import Verification
 from engine.runs import RunInfo, list_runs
 from pqid_tui.messages import RunEnded
 from pqid_tui.screens.base import AppScreen
@@ -24,9 +26,13 @@ class HomeScreen(AppScreen):
     CSS_PATH = "home.tcss"
     HELP = """# Home
 
-The release the app works on (its name, version, prompts by split and whether its
-SHA-256 digests verified), and every run directory under the runs directory with its
-counts and whether it has been replayed.
+The release the app works on: its name, version and layout (the project's own
+`pqid-release/1`, or PQID-Bench's core distribution or evidence repository), the scoring
+contract its frozen rows were scored under, prompts by split, the frozen matrix (models
+and reference rows) and the verification (SHA-256 digests, or for PQID-Bench the files of
+`ARTIFACT_MANIFEST.tsv` verified and those absent from this copy: **a** lists them). Below,
+every run directory under the runs directory with its counts and whether it has been
+replayed.
 
 Select a run and press **Enter** to open its monitor, **r** to replay it. **n** plans a
 new run; **c** manages the keys each route would use.
@@ -36,6 +42,8 @@ new run; **c** manages the keys each route would use.
         Binding("enter", "open_run", "Open run", show=True),
         Binding("r", "replay", "Replay"),
         Binding("c", "credentials", "Credentials"),
+        Binding("a", "absent", "Absent files"),
+        Binding("v", "verify", "Verify files"),
         Binding("f5", "refresh", "Refresh"),
         Binding("q", "app.quit", "Quit"),
     ]
@@ -43,11 +51,14 @@ new run; **c** manages the keys each route would use.
     def __init__(self) -> None:
         super().__init__()
         self.runs: list[RunInfo] = []
+        self.verification: Verification | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical(id="home"):
             yield Static(id="release", classes="panel")
+            with Collapsible(id="absent", title="Absent files"):
+                yield Static(id="absent-list")
             yield Static("Runs", classes="section-title")
             yield Static(id="runs-hint")
             yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
@@ -67,6 +78,7 @@ new run; **c** manages the keys each route would use.
                            ("replayed", "replayed")):
             table.add_column(label, key=key)
         self.show_release()
+        self.verify_release()
         self.refresh_runs()
 
     def show_release(self) -> None:
@@ -78,26 +90,33 @@ new run; **c** manages the keys each route would use.
             text.append_text(plain(str(app.release_dir)))
             text.append("\nnot usable: ", style="bold")
             text.append_text(plain(app.release_error or "unknown error"))
-            text.append("\nPass --release-dir with a pqid-release/1 directory.")
+            text.append("\nPass --release-dir with a pqid-release/1 directory, a PQID-Bench "
+                        "core distribution (or its .zip) or the PQID-Bench evidence repository.")
         else:
-            text.append("Release ", style="bold")
-            text.append_text(plain(f"{release.name} {release.version}"))
-            text.append(f"   {len(release.prompts)} prompts: ")
-            text.append(", ".join(f"{split} {n}" for split, n in release.split_counts().items()))
-            text.append("\n")
-            text.append_text(plain(str(release.root)))
-            text.append("\n")
-            if release.modified:
-                text.append("MODIFIED: not publishable; ", style="bold")
-                text.append_text(plain("; ".join(release.problems)))
-            else:
-                text.append("verified ", style="bold")
-                text.append(f"digest {release.digest[:16]}…")
-            rows = len(release.matrix_rows)
-            text.append(f"   frozen matrix: {rows} row{'s' if rows != 1 else ''}")
+            text.append_text(release_text(release, self.verification))
         text.append("\nRuns directory ", style="bold")
         text.append_text(plain(str(app.runs_dir)))
         self.query_one("#release", Static).update(text)
+        absent = absent_lines(release) if release is not None else []
+        box = self.query_one("#absent", Collapsible)
+        box.display = bool(absent)
+        box.title = (f"{len(release.absent) if release else 0} absent files: listed in the "
+                     "manifest, not in this copy (a)")
+        self.query_one("#absent-list", Static).update(plain("\n".join(absent)))
+
+    @work(thread=True, exclusive=True, group="home-verify", exit_on_error=False)
+    def verify_release(self) -> None:
+        """Check every present file the release's manifest lists (PQID-Bench: a second)."""
+        app: Any = self.app
+        release = app.release
+        if release is None or getattr(release, "verifier", None) is None:
+            return
+        result = release.verify_all()
+        self.app.call_from_thread(self._verified, result)
+
+    def _verified(self, result: Verification) -> None:
+        self.verification = result
+        self.show_release()
 
     @work(thread=True, exclusive=True, group="home-runs", exit_on_error=False)
     def refresh_runs(self) -> None:
@@ -161,6 +180,22 @@ new run; **c** manages the keys each route would use.
     def action_credentials(self) -> None:
         self.app_any.open_screen("credentials")
 
+    def action_verify(self) -> None:
+        app: Any = self.app
+        if app.release is None or getattr(app.release, "verifier", None) is None:
+            self.notify("Every file of this release was verified when it was loaded.")
+            return
+        self.verification = None
+        self.show_release()
+        self.verify_release()
+
+    def action_absent(self) -> None:
+        box = self.query_one("#absent", Collapsible)
+        if not box.display:
+            self.notify("No file of the release's manifest is absent.")
+            return
+        box.collapsed = not box.collapsed
+
     @property
     def app_any(self) -> Any:
         return self.app
@@ -174,3 +209,94 @@ new run; **c** manages the keys each route would use.
         {"new": self.action_new_run, "open": self.action_open_run,
          "replay": self.action_replay, "credentials": self.action_credentials}[
             str(event.button.id)]()
+
+
+FORMAT_NAMES = {FORMAT_PQID_BENCH_CORE: "PQID-Bench core distribution",
+                FORMAT_PQID_BENCH_EVIDENCE: "PQID-Bench evidence repository"}
+
+
+def matrix_text(release: Release) -> str:
+    """`21 models, 2 reference rows`; for a layout without a matrix, what has one."""
+    rows = release.matrix_rows
+    if not rows:
+        if release.format == FORMAT_PQID_BENCH_CORE:
+            return ("none in the core profile (compare needs the PQID-Bench evidence "
+                    "repository)")
+        return "none"
+    models = sum(1 for r in rows if r.kind == "model")
+    others = len(rows) - models
+    parts = []
+    if models:
+        parts.append(f"{models} model{'s' if models != 1 else ''}")
+    if others:
+        parts.append(f"{others} reference row{'s' if others != 1 else ''}")
+    return ", ".join(parts)
+
+
+def release_text(release: Release, verification: Verification | None = None) -> Text:
+    """The release panel: identity and layout, contract, prompts, matrix, verification."""
+    text = Text()
+    text.append("Release ", style="bold")
+    text.append_text(plain(f"{release.name} {release.version}"))
+    layout = FORMAT_NAMES.get(release.format, release.format)
+    if release.profile:
+        layout += f", profile {release.profile}"
+    text.append("   ")
+    text.append_text(plain(layout))
+    text.append("\n")
+    text.append(f"{len(release.prompts)} prompts: ")
+    text.append_text(plain(", ".join(f"{split} {n}"
+                                     for split, n in release.split_counts().items())))
+    text.append("   frozen matrix: ", style="bold")
+    text.append_text(plain(matrix_text(release)))
+    text.append("\nscoring ", style="bold")
+    text.append_text(plain(release.contract))
+    if release.predicate:
+        text.append("   predicate ", style="bold")
+        text.append_text(plain(release.predicate))
+    if release.python_version:
+        text.append("   Python ", style="bold")
+        text.append_text(plain(release.python_version))
+    text.append("\n")
+    text.append_text(plain(str(release.root)))
+    archive = getattr(release, "archive", None)
+    if archive:
+        text.append("  from ")
+        text.append_text(plain(archive))
+    text.append("\n")
+    text.append_text(verification_text(release, verification))
+    return text
+
+
+def verification_text(release: Release, verification: Verification | None) -> Text:
+    """One line: what was verified against the release's manifest, what is absent or differs."""
+    text = Text()
+    problems = verification.problems if verification is not None else release.problems
+    if release.modified or problems:
+        text.append("MODIFIED: not publishable; ", style="bold")
+        text.append_text(plain("; ".join(problems)))
+        return text
+    if getattr(release, "verifier", None) is None:
+        text.append("verified ", style="bold")
+        text.append(f"digest {release.digest[:16]}…")
+        return text
+    listed = release.manifest_files
+    if verification is None:
+        text.append("verifying ", style="bold")
+        text.append(f"every present file of the {listed} the manifest lists…")
+    else:
+        text.append("verified ", style="bold")
+        text.append(f"{verification.verified} of {verification.listed} listed files")
+    if release.absent:
+        text.append(f"; {len(release.absent)} absent", style="bold")
+        text.append(" (a lists them)")
+    text.append(f"   digest {release.digest[:16]}…")
+    return text
+
+
+def absent_lines(release: Release) -> list[str]:
+    """The absent files, a folder missing entirely named once with its count."""
+    summary = getattr(release, "absent_summary", None)
+    if callable(summary):
+        return list(summary())
+    return list(release.absent)

@@ -14,7 +14,6 @@ from textual.message import Message
 from textual.widgets import (
     Button,
     Checkbox,
-    DataTable,
     Footer,
     Header,
     Input,
@@ -35,27 +34,15 @@ from engine.events import (
 )
 from engine.runs import is_evaluated, list_runs
 from pqid_tui.screens.base import AppScreen
-from pqid_tui.screens.replay_service import (
-    CompareRow,
-    Comparison,
-    DockerStatus,
-    ImageOptions,
-)
+from pqid_tui.screens.replay_service import Comparison, DockerStatus, ImageOptions, SubTable
 from pqid_tui.textsafe import escape_controls
-from pqid_tui.widgets.bar_chart import BarChart
+from pqid_tui.widgets.bar_chart import BarChart, BarRow
 from pqid_tui.widgets.plain import plain
+from pqid_tui.widgets.sort_table import Cell, Column, Row, SortableTable
 
 EXECUTION_NOTE = ("I understand that replay executes the model's generated code. It runs only "
                   "inside a network-disabled, read-only Docker container with no host mounts "
                   "and tight limits.")
-
-
-def sort_value(row: CompareRow, key: str, metrics: tuple[str, ...]) -> Any:
-    """What a comparison column sorts by."""
-    if key in metrics:
-        return row.rate(key)
-    return {"n": row.denominator, "answered": row.answered or 0, "partial": row.partial,
-            "kind": row.kind}.get(key, row.label)
 
 
 class ReplayScreen(AppScreen):
@@ -72,9 +59,15 @@ image for the chosen base image (and optional offline wheelhouse) exists or need
 it needs the acknowledgement box ticked. Progress shows prompt by prompt.
 
 **Compare** (**m**) puts the run beside every frozen row on exactly the same prompt IDs;
-the denominator of every rate is shown. A partial run is refused unless *allow partial* is
-ticked, and then every row is restricted to the run's prompts and marked partial. Click a
-column header to sort. **x** exports the comparison to the same files as the batch mode.
+the denominator of every rate is shown, the run's row is highlighted (▶ in the chart), and
+`vs …` columns give the paired difference against each row: `+b` prompts only the run gets
+right, `−c` only the row, with the exact McNemar p. A partial run is refused unless *allow
+partial* is ticked, and then every row is restricted to the run's prompts and marked partial.
+In the table, **left**/**right** choose a column and **s** sorts by it (again: reversed); a
+header click does the same. The chart shows one bar per row for the rate sorted by (else
+the first rate), highest first. A release that defines a prompt subset (PQID-Bench's
+150 identifiable prompts) gets a second table below. **x** exports the comparison to the
+same files as the batch mode.
 """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f5", "docker_status", "Docker status"),
@@ -108,7 +101,7 @@ column header to sort. **x** exports the comparison to the same files as the bat
         self.initial_run = Path(run_dir) if run_dir else None
         self.status: DockerStatus | None = None
         self.comparison: Comparison | None = None
-        self.sort_reverse = False
+        self.chart_key: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -137,10 +130,11 @@ column header to sort. **x** exports the comparison to the same files as the bat
             yield Log(id="log", max_lines=2000)
             yield Static("Comparison", classes="section-title")
             yield Static("", id="compare-note")
-            yield DataTable(id="comparison", cursor_type="row", zebra_stripes=True)
+            yield SortableTable(id="comparison")
             yield BarChart(id="chart")
+            yield Vertical(id="subtables")
             yield Static("Failure taxonomy of the run", classes="section-title")
-            yield DataTable(id="taxonomy", cursor_type="row", zebra_stripes=True)
+            yield SortableTable(id="taxonomy")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -152,11 +146,9 @@ column header to sort. **x** exports the comparison to the same files as the bat
             select.value = str(self.initial_run)
         elif runs:
             select.value = str(runs[0].path)
-        taxonomy = self.query_one("#taxonomy", DataTable)
-        taxonomy.add_columns("category", "count", "share")
         # Hidden until a replay starts: an idle indeterminate bar would animate forever.
         self.query_one("#progress", ProgressBar).display = False
-        self.query_one("#comparison", DataTable).display = False
+        self.query_one("#comparison", SortableTable).display = False
         self.action_docker_status()
         if self.run_dir is not None:
             self.load_taxonomy()
@@ -322,7 +314,7 @@ column header to sort. **x** exports the comparison to the same files as the bat
         self.show_comparison()
         self.show_taxonomy(message.taxonomy)
 
-    def show_comparison(self, sort_key: str | None = None) -> None:
+    def show_comparison(self) -> None:
         c = self.comparison
         if c is None:
             return
@@ -335,50 +327,88 @@ column header to sort. **x** exports the comparison to the same files as the bat
             note.append("  ")
             note.append_text(plain(c.note))
         self.query_one("#compare-note", Static).update(note)
-        table = self.query_one("#comparison", DataTable)
+        table = self.query_one("#comparison", SortableTable)
         table.display = True
-        table.clear(columns=True)
-        table.add_column("row", key="label")
-        table.add_column("kind", key="kind")
-        table.add_column("n", key="n")
-        table.add_column("answered", key="answered")
-        for metric in c.metrics:
-            table.add_column(metric.replace("_", " "), key=metric)
-        table.add_column("partial", key="partial")
-        rows = list(c.rows)
-        if sort_key is not None:
-            rows.sort(key=lambda r: sort_value(r, sort_key, c.metrics), reverse=self.sort_reverse)
-        for row in rows:
-            cells: list[object] = [plain(row.label), plain(row.kind), row.denominator,
-                                   "" if row.answered is None else row.answered]
-            for metric in c.metrics:
-                cells.append(f"{row.rate(metric) * 100:.1f}% "
-                             f"({row.counts.get(metric, 0)}/{row.denominator})")
-            cells.append("partial" if row.partial else "")
-            table.add_row(*cells)
-        chart = self.query_one("#chart", BarChart)
-        metric = sort_key if sort_key in c.metrics else c.metrics[0]
-        chart.title = f"{metric.replace('_', ' ')} rate by row"
-        chart.rows = tuple((r.label, r.rate(metric), f"({r.counts.get(metric, 0)}/"
-                            f"{r.denominator}){' partial' if r.partial else ''}") for r in rows)
+        # A new comparison keeps the order the user chose, if the column still exists.
+        columns = c.columns()
+        keys = [col.key for col in columns]
+        default = "rank" if "rank" in keys else c.primary or (c.metrics[0] if c.metrics else None)
+        key = table.sort_key if table.sort_key in keys else default
+        table.show(columns, c.table_rows(), sort_key=key,
+                   reverse=table.sort_reverse if key == table.sort_key else None,
+                   fixed=keys.index("row") + 1)
+        self.show_chart()
+        self.show_subtables(c.tables)
+        # Into the table, unless the user is typing or choosing something elsewhere.
+        if not isinstance(self.focused, Input | Select | Checkbox | SortableTable):
+            table.focus()
 
-    @on(DataTable.HeaderSelected, "#comparison")
-    def _sort(self, event: DataTable.HeaderSelected) -> None:
-        self.sort_reverse = not self.sort_reverse
-        self.show_comparison(str(event.column_key.value))
+    def chart_metric(self) -> str | None:
+        """The rate the chart shows: the one the table is sorted by, else the primary one."""
+        c = self.comparison
+        if c is None or not c.metrics:
+            return None
+        key = self.query_one("#comparison", SortableTable).sort_key
+        if key in c.metrics:
+            self.chart_key = key
+        elif self.chart_key not in c.metrics:
+            self.chart_key = c.primary if c.primary in c.metrics else c.metrics[0]
+        return self.chart_key
+
+    def show_chart(self) -> None:
+        c = self.comparison
+        chart = self.query_one("#chart", BarChart)
+        metric = self.chart_metric()
+        if c is None or metric is None:
+            chart.rows = ()
+            return
+        # Highest first (ties in file order): the chart reads as a ranking whatever the table.
+        rows = sorted(c.rows, key=lambda r: -r.rate(metric) if metric in r.counts else 1.0)
+        chart.title = f"{c.label_of(metric)}, highest first"
+        chart.rows = tuple(
+            BarRow(r.name, r.rate(metric) if metric in r.counts else None,
+                   f"({r.counts.get(metric, 0)}/{r.denominator_of(metric)})"
+                   + (" partial" if r.partial else ""), r.is_candidate)
+            for r in rows)
+
+    def show_subtables(self, tables: tuple[SubTable, ...]) -> None:
+        box = self.query_one("#subtables", Vertical)
+        box.remove_children()
+        for i, sub in enumerate(tables):
+            widgets: list[Any] = [Static(plain(sub.title), classes="section-title")]
+            if sub.note:
+                widgets.append(Static(plain(sub.note), classes="subtable-note"))
+            table = SortableTable(id=f"subtable-{i}", classes="subtable")
+            widgets.append(table)
+            box.mount_all(widgets)
+            keys = [col.key for col in sub.columns]
+            table.show(sub.columns, sub.rows, sort_key=sub.sort_key,
+                       fixed=keys.index("row") + 1 if "row" in keys else 0)
+
+    @on(SortableTable.Sorted, "#comparison")
+    def _sorted(self) -> None:
+        self.show_chart()
 
     def show_taxonomy(self, taxonomy: dict[str, int]) -> None:
-        table = self.query_one("#taxonomy", DataTable)
-        table.clear()
+        table = self.query_one("#taxonomy", SortableTable)
         total = sum(taxonomy.values())
-        for category, count in taxonomy.items():
-            table.add_row(plain(category), count, f"{count / total * 100:.1f}%" if total else "")
+        rows = [Row(category, {
+            "category": Cell(category, category), "count": Cell(str(count), count),
+            "share": Cell(f"{count / total * 100:.1f}%" if total else "", count)})
+            for category, count in taxonomy.items()]
+        table.show((Column("category", "category"), Column("count", "count", numeric=True),
+                    Column("share", "share", numeric=True)), rows,
+                   sort_key=table.sort_key, reverse=table.sort_reverse if table.sort_key
+                   else None)
 
     @on(Select.Changed, "#run")
     def _run_changed(self) -> None:
         self.comparison = None
-        self.query_one("#comparison", DataTable).clear(columns=True).display = False
+        table = self.query_one("#comparison", SortableTable)
+        table.show((), ())
+        table.display = False
         self.query_one("#chart", BarChart).rows = ()
+        self.query_one("#subtables", Vertical).remove_children()
         self.query_one("#compare-note", Static).update("")
         if self.run_dir is not None:
             self.load_taxonomy()

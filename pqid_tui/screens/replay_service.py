@@ -8,12 +8,14 @@ engine's replay, compare and Docker functions and does no evaluation work of its
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from engine.errors import PqidError, UsageError
 from engine.events import ProgressCallback
+from pqid_tui.widgets.sort_table import Cell, Column, Row
 
 METRICS = ("execution", "structural_match", "qasm3_export", "equivalence")
 COMPARISON_STEM = "pqid_bench_comparison"
@@ -42,7 +44,11 @@ class DockerStatus:
 
 @dataclass(frozen=True, slots=True)
 class CompareRow:
-    """One row of the comparison: hit counts over `denominator` selected prompts."""
+    """One row of the comparison: hit counts over `denominator` selected prompts.
+
+    `denominators` overrides the denominator of single metrics; `extra` holds the cells of
+    the comparison's further columns (gaps, paired differences, rank), by column key.
+    """
 
     label: str
     kind: str
@@ -50,20 +56,99 @@ class CompareRow:
     counts: dict[str, int] = field(default_factory=dict)
     partial: bool = False
     answered: int | None = None
+    display_name: str | None = None
+    candidate: bool | None = None  # None: the row whose kind is "candidate"
+    extra: dict[str, Cell] = field(default_factory=dict)
+    denominators: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.display_name or self.label
+
+    @property
+    def is_candidate(self) -> bool:
+        return self.kind == "candidate" if self.candidate is None else self.candidate
+
+    def denominator_of(self, metric: str) -> int:
+        return self.denominators.get(metric, self.denominator)
 
     def rate(self, metric: str) -> float:
-        return self.counts.get(metric, 0) / self.denominator if self.denominator else 0.0
+        n = self.denominator_of(metric)
+        return self.counts.get(metric, 0) / n if n else 0.0
+
+    def rate_cell(self, metric: str) -> Cell:
+        if metric not in self.counts:
+            return Cell("", None)
+        n = self.denominator_of(metric)
+        if not n:
+            return Cell(f"- (0/{n})", None)
+        return Cell(f"{self.rate(metric) * 100:.1f}% ({self.counts[metric]}/{n})",
+                    self.rate(metric))
+
+
+@dataclass(frozen=True, slots=True)
+class SubTable:
+    """A further table of the comparison (the identifiability subset), shown as given."""
+
+    title: str
+    columns: tuple[Column, ...]
+    rows: tuple[Row, ...]
+    note: str = ""
+    sort_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
-    """The candidate against the frozen rows, on the same prompt IDs."""
+    """The candidate against the frozen rows, on the same prompt IDs.
+
+    Its columns come from the data: the rate columns are `metrics` (headers in
+    `metric_labels`), `lead_columns` go before the row's name (a rank), `extra_columns` after
+    the rates (gaps, paired differences), each row holding their cells in `extra`.
+    """
 
     prompt_count: int
     partial: bool
     rows: tuple[CompareRow, ...]
     metrics: tuple[str, ...] = METRICS
     note: str = ""
+    metric_labels: dict[str, str] = field(default_factory=dict)
+    lead_columns: tuple[Column, ...] = ()
+    extra_columns: tuple[Column, ...] = ()
+    tables: tuple[SubTable, ...] = ()
+    primary: str | None = None  # the metric shown first in the chart
+
+    def label_of(self, metric: str) -> str:
+        return self.metric_labels.get(metric) or metric.replace("_", " ")
+
+    def columns(self) -> tuple[Column, ...]:
+        """Every column of the comparison table, left to right."""
+        named = any(r.display_name and r.display_name != r.label for r in self.rows)
+        cols = [*self.lead_columns, Column("row", "row")]
+        if named:
+            cols.append(Column("label", "label"))
+        cols += [Column("kind", "kind"), Column("n", "n", numeric=True)]
+        if any(r.answered is not None for r in self.rows):
+            cols.append(Column("answered", "answered", numeric=True))
+        cols += [Column(m, self.label_of(m), numeric=True) for m in self.metrics]
+        cols += list(self.extra_columns)
+        if any(r.partial for r in self.rows):
+            cols.append(Column("partial", "partial"))
+        return tuple(cols)
+
+    def table_rows(self) -> tuple[Row, ...]:
+        """The rows as table cells, the candidate highlighted (file order)."""
+        out = []
+        for i, r in enumerate(self.rows):
+            cells: dict[str, Cell] = {
+                "row": Cell(r.name, r.name), "label": Cell(r.label, r.label),
+                "kind": Cell(r.kind, r.kind), "n": Cell(str(r.denominator), r.denominator),
+                "partial": Cell("partial" if r.partial else "", "partial" if r.partial else "")}
+            if r.answered is not None:
+                cells["answered"] = Cell(str(r.answered), r.answered)
+            cells.update({m: r.rate_cell(m) for m in self.metrics})
+            cells.update(r.extra)
+            out.append(Row(f"{i}:{r.label}", cells, highlight=r.is_candidate))
+        return tuple(out)
 
 
 class ReplayService(Protocol):
@@ -176,27 +261,115 @@ class EngineReplayService:
         return paths
 
 
+def _p_text(p: float | None) -> str:
+    if p is None:
+        return ""
+    return "p<0.001" if p < 0.001 else f"p={p:.3g}"
+
+
+def paired_cell(pair: Mapping[str, Any] | None) -> Cell:
+    """`+b −c p=…`: prompts only the candidate gets right, only the row, exact McNemar p;
+    sorted by b − c."""
+    if not pair:
+        return Cell("", None)
+    b, c = int(pair["candidate_only"]), int(pair["row_only"])
+    return Cell(f"+{b} −{c} {_p_text(pair.get('mcnemar_exact_p'))}".rstrip(), b - c)
+
+
+def gap_cell(value: float | None) -> Cell:
+    """A difference of two rates in percentage points."""
+    return Cell("-", None) if value is None else Cell(f"{value:+.1f} pp", float(value))
+
+
+def _legacy_table(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Flat entries from a comparison without `table` (the earlier pqid-comparison/1 shape)."""
+    def entry(row: Mapping[str, Any], candidate: bool) -> dict[str, Any]:
+        summary = row["summary"]
+        return {"label": row["label"], "display_name": row.get("display_name"),
+                "kind": "candidate" if candidate else row["kind"], "candidate": candidate,
+                "rank": None, "selected": summary["selected"], "answered": summary["answered"],
+                "infrastructure_failures": summary["infrastructure_failures"]["count"],
+                "metrics": {k: v["over_selected"] for k, v in summary["rates"].items()},
+                "gaps_pp": {}, "paired": None if candidate else row.get("paired")}
+
+    return [entry(data["candidate"], True)] + [entry(r, False) for r in data["rows"]]
+
+
+def _view(entries: list[Mapping[str, Any]], metrics: tuple[str, ...], labels: dict[str, str],
+          gaps: list[tuple[str, str]], partial: bool, prompt_count: int, note: str = "",
+          primary: str | None = None) -> Comparison:
+    """The comparison's table from flat entries: every metric, gap and paired difference the
+    entries hold, a rank when the engine gives one."""
+    paired_keys = [k for k in metrics if any(k in (e.get("paired") or {}) for e in entries)]
+    extra = [Column(f"gap:{key}", label, numeric=True) for key, label in gaps]
+    if any(e.get("infrastructure_failures") for e in entries):
+        extra.append(Column("infra", "infra", numeric=True))
+    extra += [Column(f"paired:{k}", f"vs {labels.get(k, k)}", numeric=True)
+              for k in paired_keys]
+    ranked = any(e.get("rank") is not None for e in entries)
+    lead = (Column("rank", "rank", numeric=True, descending=False),) if ranked else ()
+
+    rows = []
+    for e in entries:
+        cells: dict[str, Cell] = {}
+        if ranked:
+            rank = e.get("rank")
+            cells["rank"] = Cell("" if rank is None else str(rank), rank)
+        for key, _label in gaps:
+            cells[f"gap:{key}"] = gap_cell((e.get("gaps_pp") or {}).get(key))
+        infra = e.get("infrastructure_failures")
+        cells["infra"] = Cell("" if infra is None else str(infra), infra)
+        for k in paired_keys:
+            cells[f"paired:{k}"] = paired_cell((e.get("paired") or {}).get(k))
+        found = {k: v for k, v in (e.get("metrics") or {}).items() if k in metrics}
+        rows.append(CompareRow(
+            str(e["label"]), str(e["kind"]), int(e["selected"]),
+            {k: int(v["count"]) for k, v in found.items()}, partial,
+            None if e.get("answered") is None else int(e["answered"]),
+            display_name=e.get("display_name"), candidate=bool(e.get("candidate")),
+            extra=cells, denominators={k: int(v["denominator"]) for k, v in found.items()}))
+    return Comparison(prompt_count, partial, tuple(rows), metrics, note, metric_labels=labels,
+                      lead_columns=lead, extra_columns=tuple(extra), primary=primary)
+
+
 def comparison_from_engine(data: dict[str, Any]) -> Comparison:
-    """The screen's view of `engine.compare.Comparison.data`: rates over the selected prompts."""
+    """The screen's view of `engine.compare.Comparison.data`: its rows with every metric, gap
+    and paired difference it holds, over the selected prompts; a subset table if it has one."""
+    from engine.evaluations import METRICS as ENGINE_METRICS
+
     partial = not data["selection"]["complete"]
-
-    def row(label: str, kind: str, summary: dict[str, Any]) -> CompareRow:
-        rates = summary["rates"]
-        counts = {key: int(rates[key]["over_selected"]["count"]) for key in METRICS
-                  if key in rates}
-        return CompareRow(label, kind, int(summary["selected"]), counts, partial,
-                          int(summary["answered"]))
-
-    cand = data["candidate"]
-    rows = [row(cand["label"], "candidate", cand["summary"])]
-    rows += [row(r["label"], r["kind"], r["summary"]) for r in data["rows"]]
+    named = [(str(m["key"]), str(m.get("label") or m["key"])) for m in data.get("metrics") or ()]
+    if not named:
+        rates = data["candidate"]["summary"]["rates"]
+        named = [(k, lab) for k, lab, _f in ENGINE_METRICS if k in rates]
+    metrics = tuple(k for k, _l in named)
+    labels = dict(named)
+    gaps = [(str(g["key"]), str(g.get("label") or g["key"])) for g in data.get("gaps") or ()]
+    primary = data.get("rank_metric") if data.get("rank_metric") in metrics else None
     notes = list(data.get("notes") or [])
     if data.get("publishable"):
         notes.append("publishable")
     else:
         notes.append("not publishable: " + "; ".join(data.get("not_publishable_reasons") or []))
-    return Comparison(int(data["selection"]["selected"]), partial, tuple(rows), METRICS,
-                      " | ".join(notes))
+    entries = data.get("table") or _legacy_table(data)
+    main = _view(entries, metrics, labels, gaps, partial, int(data["selection"]["selected"]),
+                 " | ".join(notes), primary)
+    tables: list[SubTable] = []
+    subset = data.get("identifiability")
+    if isinstance(subset, Mapping) and subset.get("table"):
+        view = _view(subset["table"], metrics, labels, gaps, partial, int(subset["selected"]))
+        left_out = list(subset.get("left_out_of_selection") or [])
+        note = (f"the selection without the {len(left_out)} prompts that the study's "
+                f"identifiability analysis leaves out ({', '.join(left_out)})" if left_out
+                else "no selected prompt is left out by the study's identifiability analysis")
+        if subset.get("source"):
+            note += f"; source {subset['source']}"
+        tables.append(SubTable(f"Identifiability subset: {subset['selected']} prompts",
+                               view.columns(), view.table_rows(), note,
+                               "rank" if view.lead_columns else primary))
+    return Comparison(main.prompt_count, partial, main.rows, metrics, main.note,
+                      metric_labels=labels, lead_columns=main.lead_columns,
+                      extra_columns=main.extra_columns, tables=tuple(tables), primary=primary)
 
 
 def default_replay_service() -> ReplayService:

@@ -1,9 +1,10 @@
-"""A horizontal bar chart drawn with block characters (rates between 0 and 1)."""
+"""A horizontal bar chart drawn with block characters: one line per row, rates from 0 to 1."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
@@ -11,6 +12,8 @@ from textual.widget import Widget
 from pqid_tui.textsafe import escape_controls
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
+_VALUE_WIDTH = 7  # " 100.0%"
+_MARKER = "▶ "
 
 
 def bar(fraction: float, width: int) -> str:
@@ -21,8 +24,30 @@ def bar(fraction: float, width: int) -> str:
     return "█" * full + (_EIGHTHS[part] if part else "")
 
 
+def fit(label: str, width: int) -> str:
+    """`label` padded to `width` cells, or cut with an ellipsis when it is longer."""
+    if cell_len(label) <= width:
+        return label + " " * (width - cell_len(label))
+    out = ""
+    for ch in label:
+        if cell_len(out + ch) > width - 1:
+            break
+        out += ch
+    return out + "…" + " " * (width - 1 - cell_len(out))
+
+
+class BarRow(NamedTuple):
+    """One bar: its label, rate (None: no value), the note after the value, and whether it is
+    the row to find (drawn in the accent colour with a marker)."""
+
+    label: str
+    rate: float | None
+    note: str = ""
+    highlight: bool = False
+
+
 class BarChart(Widget):
-    """One labelled bar per row: `(label, rate, note)`; the note is shown after the value."""
+    """One labelled bar per row, in the order given; the highlighted row stands out."""
 
     DEFAULT_CSS = """
     BarChart {
@@ -32,29 +57,48 @@ class BarChart(Widget):
     BarChart > .bar-chart--bar {
         color: $primary;
     }
+    BarChart > .bar-chart--highlight {
+        color: $accent;
+        text-style: bold;
+    }
     """
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"bar-chart--bar"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"bar-chart--bar", "bar-chart--highlight"}
 
     title: reactive[str] = reactive("")
-    rows: reactive[tuple[tuple[str, float, str], ...]] = reactive((), layout=True)
+    rows: reactive[tuple[BarRow, ...]] = reactive((), layout=True)
+    empty_text: reactive[str] = reactive("no comparison yet: replay the run, then press m")
 
     def render(self) -> Text:
         text = Text(end="")
         if self.title:
             text.append(escape_controls(self.title) + "\n", style="bold")
         if not self.rows:
-            text.append("no comparison yet: replay the run, then press m", style="dim")
+            text.append(escape_controls(self.empty_text), style="dim")
             return text
-        label_width = min(28, max(len(label) for label, _, _ in self.rows))
-        bar_width = max(10, self.size.width - label_width - 24)
-        style = self.get_component_rich_style("bar-chart--bar")
-        for i, (label, rate, note) in enumerate(self.rows):
-            name = escape_controls(label)[:label_width].ljust(label_width)
-            text.append(f"{name} ")
-            drawn = bar(rate, bar_width)
-            text.append(drawn, style=style)
-            text.append(" " * (bar_width - len(drawn)))
-            text.append(f" {rate * 100:5.1f}% {escape_controls(note)}")
-            if i < len(self.rows) - 1:
+        rows = [BarRow(*r) for r in self.rows]
+        labels = [escape_controls(r.label) for r in rows]
+        notes = [escape_controls(r.note) for r in rows]
+        marker = len(_MARKER) if any(r.highlight for r in rows) else 0
+        note_width = max(cell_len(n) for n in notes)
+        width = max(self.size.width, 40)
+        # The label gets what it needs up to a third of the width; the bar at least 10 cells.
+        label_width = min(max(cell_len(label) for label in labels), max(12, width // 3))
+        bar_width = max(10, width - marker - label_width - 1 - _VALUE_WIDTH - 1 - note_width)
+        plain_style = self.get_component_rich_style("bar-chart--bar")
+        strong = self.get_component_rich_style("bar-chart--highlight")
+        for i, (row, label, note) in enumerate(zip(rows, labels, notes, strict=True)):
+            if marker:
+                text.append(_MARKER if row.highlight else " " * marker, style=strong)
+            text.append(fit(label, label_width) + " ", style=strong if row.highlight else "")
+            if row.rate is None:
+                text.append(" " * bar_width + "     n/a")
+            else:
+                drawn = bar(row.rate, bar_width)
+                text.append(drawn, style=strong if row.highlight else plain_style)
+                text.append(" " * (bar_width - len(drawn)))
+                text.append(f" {row.rate * 100:5.1f}%", style=strong if row.highlight else "")
+            if note:
+                text.append(f" {note}")
+            if i < len(rows) - 1:
                 text.append("\n")
         return text
