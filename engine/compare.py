@@ -95,15 +95,19 @@ def _major_minor(version: Any) -> str | None:
 
 def _environment_key(item: Mapping[str, Any], contract: str) -> EnvKey:
     """What must agree between the candidate and a frozen row, under the release's contract."""
-    env = item.get("environment") if isinstance(item.get("environment"), Mapping) else {}
+    raw = item.get("environment")
+    env: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    named = item.get("contract")
+    scored_under = str(named) if isinstance(named, str) and named else CONTRACT_PROJECT
     if contract == CONTRACT_PQID_BENCH:
-        aer = env.get("qiskit_aer") if isinstance(env, Mapping) else None
-        return (("contract", str(item.get("contract") or CONTRACT_PROJECT)),
-                ("predicate", item.get("predicate")),
-                ("python", _major_minor(env.get("python") if isinstance(env, Mapping) else None)),
+        aer, predicate = env.get("qiskit_aer"), item.get("predicate")
+        return (("contract", scored_under),
+                ("predicate", str(predicate) if isinstance(predicate, str) else None),
+                ("python", _major_minor(env.get("python"))),
                 ("qiskit", qiskit_version(env)),
                 ("qiskit-aer", aer if isinstance(aer, str) else None))
-    return (("evaluator", item.get("evaluator_version")), ("qiskit", qiskit_version(env)))
+    return (("evaluator", item.get("evaluator_version")), ("qiskit", qiskit_version(env)),
+            ("contract", scored_under))
 
 
 def _describe_env(key: EnvKey) -> str:
@@ -274,8 +278,9 @@ def compare(release: Release, evaluations_path: Path, *,
     if contract == CONTRACT_PQID_BENCH:
         pins = _release_pins(release)
         if cand_env is not None and pins is not None:
-            differ = [f"{n} {v or 'unknown'} (the release pins {dict(pins)[n] or 'none'})"
-                      for n, v in cand_env if v != dict(pins)[n]]
+            pinned = {n: v for n, v in pins if v is not None}
+            differ = [f"{n} {v or 'unknown'} (the release pins {pinned[n]})"
+                      for n, v in cand_env if n in pinned and v != pinned[n]]
             if differ:
                 mismatches.append("the candidate was scored with " + ", ".join(differ))
     elif release.evaluator_version and cand_env and \

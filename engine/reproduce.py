@@ -116,6 +116,7 @@ def _tables(release: Release, ids: list[str], cells_by_row: Mapping[str, list[di
     entries.sort(key=lambda e: (e["rank"] is None, e["rank"] or 0))
     totals = _totals(pooled, metrics, gaps)
     totals["models"] = len(models)
+    totals["reference_rows"] = len(entries) - len(models)
     totals["prompts"] = len(ids)
     return {"totals": totals, "rows": entries}
 
@@ -393,8 +394,12 @@ def _rows(data: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> list
 
 
 def _total_lines(data: Mapping[str, Any], totals: Mapping[str, Any]) -> list[tuple[str, str]]:
-    lines = [("matrix", f"{totals['models']} models, {totals['prompts']} prompts, "
+    refs = totals.get("reference_rows") or 0
+    shown = f", {refs} reference row{'s' if refs != 1 else ''}" if refs else ""
+    lines = [("matrix", f"{totals['models']} models{shown}, {totals['prompts']} prompts, "
                         f"{totals['cells']:,} cells")]
+    if not totals["models"]:
+        return [(lines[0][0], lines[0][1] + " (no model row: the totals pool model cells only)")]
     lines += [(m["label"], _pct(totals["metrics"][m["key"]])) for m in data["metrics"]]
     lines += [(g["label"], fmt_pp(totals["gaps_pp"].get(g["key"]))) for g in data["gaps"]]
     return lines

@@ -241,7 +241,7 @@ def read_archived_rows(release: Release, purpose: str = "trace") -> list[Archive
     for rel in rels:
         path = release.require(rel, purpose)
         rows.append(_read_archived_file(path, rel))
-    return rows
+    return sorted(rows, key=lambda r: (r.provider, r.api_model_id))
 
 
 def _read_archived_file(path: Path, rel: str) -> ArchivedRow:

@@ -19,6 +19,7 @@ from engine.study import (
     StudyIdentity,
     identity,
     read_archived_rows,
+    recorded_body,
     sent_body,
 )
 
@@ -188,13 +189,17 @@ class Trace:
             for item in diff.get("generation_settings", []):
                 lines.append(f"  {item['field']}: run {json.dumps(item['run'])}, study "
                              f"{json.dumps(item['study'])} ({item['prompts']} prompt(s))")
+            for item in diff.get("recorded_form", []):
+                lines.append(f"  {item['field']}: the study's record says "
+                             f"{json.dumps(item['study'])}, its runner did not send it; run "
+                             f"{json.dumps(item['run'])} ({item['prompts']} prompt(s))")
             if diff.get("not_sent"):
                 lines.append(f"  prompts of the row the run did not send: {diff['not_sent']}")
         lines.append("")
-        lines.append(f"{'frozen row':<44} {'identical':>9} {'same sent':>9} {'same input':>10}")
+        lines.append(f"{'frozen row':<56} {'identical':>9} {'same sent':>9} {'same input':>10}")
         for m in self.rows:
             name = f"{m.row.provider} {m.row.api_model_id}"
-            lines.append(f"{name[:44]:<44} {m.identical_requests:>9} "
+            lines.append(f"{name[:56]:<56} {m.identical_requests:>9} "
                          f"{m.identical_sent_bodies:>9} {m.same_model_input:>10}")
         return "\n".join(lines) + "\n"
 
@@ -239,6 +244,9 @@ def trace_requests(release: Release, side: TracedSide,
         if req.sha256 is not None:
             hashes += 1
             hashes_ok += int(sha256_hex(canonical_json(dict(req.body))) == req.sha256)
+    if requests and len(unknown) == len(requests):
+        raise InputError(f"{side.source}: none of its {len(requests)} prompts is a prompt of "
+                         f"{release.root} (a run on another release?)")
     first = next(iter(idents.values()), None)
     provider = first.provider if first else STUDY_PROVIDER.get(side.provider)
     family = first.request_family if first else None
@@ -285,6 +293,7 @@ def _differences(trace: Trace, closest: RowMatch, requests: list[TracedRequest],
     if model_differs:
         diff["model"] = {"run": side.model, "study": row.api_model_id}
     settings: dict[tuple[str, str, str], int] = {}
+    recorded_only: dict[tuple[str, str, str], int] = {}
     message_ids: list[str] = []
     listed: list[dict[str, Any]] = []
     sent_ids = set()
@@ -318,14 +327,23 @@ def _differences(trace: Trace, closest: RowMatch, requests: list[TracedRequest],
         if changed:
             aspects.append("generation_settings")
         if not aspects:
-            aspects.append("recorded_form")  # same JSON sent; the study's record differs
+            # The same JSON sent; the study's record of it holds fields its runner removed.
+            aspects.append("recorded_form")
+            ours_rec = recorded_body(side.adapter, side.model, ours)
+            theirs_rec = dict(rec.get("request_body") or {})
+            for key in sorted((set(ours_rec) | set(theirs_rec)) - MESSAGE_KEYS - {"model"}):
+                a, b = ours_rec.get(key, _MISSING), theirs_rec.get(key, _MISSING)
+                if a != b:
+                    k = (key, json.dumps(_show(a), sort_keys=True),
+                         json.dumps(_show(b), sort_keys=True))
+                    recorded_only[k] = recorded_only.get(k, 0) + 1
         listed.append({"prompt_id": req.prompt_id, "aspects": aspects})
     if message_ids:
         diff["messages"] = {"prompts": len(message_ids), "prompt_ids": message_ids}
-    if settings:
-        diff["generation_settings"] = [
-            {"field": key, "run": json.loads(a), "study": json.loads(b), "prompts": count}
-            for (key, a, b), count in sorted(settings.items())]
+    for name, found in (("generation_settings", settings), ("recorded_form", recorded_only)):
+        if found:
+            diff[name] = [{"field": key, "run": json.loads(a), "study": json.loads(b),
+                           "prompts": count} for (key, a, b), count in sorted(found.items())]
     diff["not_sent"] = len(set(row.records) - sent_ids)
     trace.differences = diff
     trace.differing_prompts = listed

@@ -5,8 +5,6 @@ Held against the real archived requests of the 21 frozen models (the `pqid_bench
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -47,25 +45,12 @@ EXTRA_BODY: dict[str, dict[str, Any]] = {
 # How many frozen rows each route has in the archive (chat family only).
 ROWS_PER_ROUTE = {"groq": 6, "deepseek": 2, "github-models": 2, "hugging-face": 1,
                   "openrouter": 1}
-LOADER = importlib.util.find_spec("engine.release.pqid_bench") is not None
 
 
 def _release(root: Path, fmt: str) -> Release:
-    """The PQID-Bench release at root: through load_release once it detects the layout; until
-    then built here from the prompts file (prompts only, no verification)."""
-    if LOADER:
-        release = load_release(root)
-        assert release.format == fmt
-        return release
-    data = (root / PROMPTS).read_bytes()
-    prompts = []
-    for number, line in enumerate(data.splitlines(), start=1):
-        rec = json.loads(line)
-        prompts.append(Prompt(rec["prompt_id"], rec["split"], tuple(rec["messages"]),
-                              rec["target_metadata"], number, rec["row_id"], rec["label"], rec))
-    sha = hashlib.sha256(data).hexdigest()
-    return Release(root, "PQID-Bench", "1.0.0", sha, sha, False, tuple(prompts), (), None, None,
-                   format=fmt)
+    release = load_release(root)
+    assert release.format == fmt
+    return release
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +61,6 @@ def evidence(pqid_bench: PqidBenchCopies) -> Release:
 @pytest.fixture(scope="module")
 def archived(evidence: Release) -> list[ArchivedRow]:
     return read_archived_rows(evidence)
-
-
-def _use_release(monkeypatch: pytest.MonkeyPatch, release: Release) -> None:
-    """Until load_release detects PQID-Bench, hand the runner the release built here."""
-    if not LOADER:
-        monkeypatch.setattr("engine.plan.load_release", lambda *_a, **_k: release)
 
 
 def test_the_archive_holds_21_rows_of_154_requests(archived: list[ArchivedRow]) -> None:
@@ -228,13 +207,19 @@ def test_native_families_send_what_the_study_sent(evidence: Release) -> None:
     assert traced("anthropic", "claude-fable-5", omit_temperature=True).scope == "full"
     # The study recorded temperature and top_p for these two but its runner removed them
     # (top_p for both, temperature for Opus 4.8): same JSON sent, other request identity.
-    for model, kw in (("claude-sonnet-4-6", {}), ("claude-opus-4-8",
-                                                  {"omit_temperature": True})):
+    for model, kw, removed in (("claude-sonnet-4-6", {}, {"top_p": 1.0}),
+                               ("claude-opus-4-8", {"omit_temperature": True},
+                                {"temperature": 0.0, "top_p": 1.0})):
         t = traced("anthropic", model, **kw)
         assert t.replicates is None
         assert t.same_sent_bodies is not None and t.same_sent_bodies.row.api_model_id == model
         assert t.same_sent_bodies.identical_sent_bodies == 154
         assert {tuple(d["aspects"]) for d in t.differing_prompts} == {("recorded_form",)}
+        assert t.differences["recorded_form"] == [
+            {"field": k, "run": "(absent)", "study": v, "prompts": 154}
+            for k, v in removed.items()]
+        assert "top_p: the study's record says 1.0, its runner did not send it" in \
+            t.render("text")
 
 
 def test_trace_needs_the_evidence_repository(pqid_bench: PqidBenchCopies,
@@ -252,9 +237,7 @@ def test_trace_needs_the_evidence_repository(pqid_bench: PqidBenchCopies,
 
 
 def test_live_run_records_identities_and_trace_names_the_row(
-        evidence: Release, archived: list[ArchivedRow], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    _use_release(monkeypatch, evidence)
+        evidence: Release, archived: list[ArchivedRow], tmp_path: Path) -> None:
     row = next(r for r in archived if r.slug == "deepseek_deepseek-v4-pro")
     answers = {messages_key(p.request_messages()): (p.prompt_id, "qc = QuantumCircuit(1)")
                for p in evidence.prompts}
@@ -286,11 +269,11 @@ def test_live_run_records_identities_and_trace_names_the_row(
     assert trace.scope == "full" and trace.recorded_identities_agree == 154
     assert trace.request_hashes_ok == 154 and trace.to_dict()["run"]["base_url"] == \
         server.base_url
-    if LOADER:
-        result = cli("--batch", "trace", "--release-dir", str(evidence.root), "--run-dir",
-                     str(out), "--format", "text")
-        assert result.returncode == 0, result.stderr
-        assert "replicates: DeepSeek V4 Pro" in result.stdout
+    result = cli("--batch", "trace", "--release-dir", str(evidence.root), "--run-dir",
+                 str(out), "--format", "text")
+    assert result.returncode == 0, result.stderr
+    assert "replicates: DeepSeek V4 Pro [deepseek deepseek-v4-pro], request for request, " \
+           "154 of 154 prompts (full)" in result.stdout
 
     # A body edited after the run: its hash no longer matches, and that prompt now differs.
     copy = tmp_path / "edited"
@@ -302,3 +285,69 @@ def test_live_run_records_identities_and_trace_names_the_row(
     assert edited.recorded_identities_agree == 153
     assert edited.differing_prompts == [{"prompt_id": lines[3]["prompt_id"],
                                          "aspects": ["generation_settings"]}]
+
+
+def _run_dir_of(plan: Any, path: Path) -> Path:
+    """A run directory as a run writes it before sending (manifest and requests)."""
+    from engine.records import RunDir
+    from engine.runner import build_manifest, request_record
+
+    RunDir(path).create(build_manifest(plan, "none"),
+                        [request_record(r) for r in plan.requests])
+    return path
+
+
+def test_dry_run_on_the_command_line_names_the_replicated_row(evidence: Release) -> None:
+    args = ["--batch", "run-model", "--release-dir", str(evidence.root), "--provider", "groq",
+            "--model", "llama-3.3-70b-versatile", "--generation-contract", "pqid-bench",
+            "--dry-run"]
+    same = cli(*args)
+    assert same.returncode == 0, same.stderr
+    plan = json.loads(same.stdout)
+    assert plan["generation_contract_preset"] == "pqid-bench"
+    assert plan["study"]["trace"] == {
+        "replicates": {"model_label": "Llama 3.3 70B Versatile",
+                       "slug": "groq_llama-3_3-70b-versatile", "provider": "groq",
+                       "api_model_id": "llama-3.3-70b-versatile", "scope": "full",
+                       "prompts": 154, "of": 154},
+        "closest": "groq_llama-3_3-70b-versatile", "differing_prompts": 0}
+    assert len(plan["study"]["requests"]) == 154
+    other = json.loads(cli(*args, "--top-p", "0.95").stdout)["study"]["trace"]
+    assert other["replicates"] is None and other["differing_prompts"] == 154
+
+
+def test_trace_verifies_the_archived_requests_it_reads(
+        pqid_bench: PqidBenchCopies, evidence: Release, tmp_path: Path) -> None:
+    plan = build_plan(make_config(release_dir=evidence.root, provider="groq",
+                                  model="llama-3.1-8b-instant", limit=3), evidence)
+    run = _run_dir_of(plan, tmp_path / "run")
+    copy = tmp_path / "evidence"
+    shutil.copytree(pqid_bench.evidence, copy, symlinks=True)
+    rel = "artifacts/external_model_batches_154/requests/groq_llama-3_1-8b-instant_requests.jsonl"
+    data = bytearray((copy / rel).read_bytes())
+    data[-20] ^= 0x01  # one flipped bit inside a record: same size, other SHA-256
+    (copy / rel).write_bytes(bytes(data))
+    result = cli("--batch", "trace", "--release-dir", str(copy), "--run-dir", str(run))
+    assert result.returncode == 2
+    assert "groq_llama-3_1-8b-instant_requests.jsonl" in result.stderr
+    assert "SHA-256" in result.stderr  # caught by verification, not by parsing
+    assert "Traceback" not in result.stderr
+    # The untouched copy: a partial replica of that row, in JSON.
+    ok = cli("--batch", "trace", "--release-dir", str(pqid_bench.evidence), "--run-dir",
+             str(run))
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["replicates"]["scope"] == "partial"
+    core = cli("--batch", "trace", "--release-dir", str(pqid_bench.core), "--run-dir", str(run))
+    assert core.returncode == 2 and "evidence repository" in core.stderr
+
+
+def test_trace_of_a_run_on_another_release_is_one_clear_error(
+        evidence: Release, tmp_path: Path) -> None:
+    demo = write_release(tmp_path / "demo", count=3)
+    plan = build_plan(make_config(release_dir=demo, provider="groq", model="m"))
+    run = _run_dir_of(plan, tmp_path / "run")
+    result = cli("--batch", "trace", "--release-dir", str(evidence.root), "--run-dir", str(run))
+    assert result.returncode == 2 and "none of its 3 prompts" in result.stderr
+    missing = cli("--batch", "trace", "--release-dir", str(evidence.root), "--run-dir",
+                  str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "run-manifest.json: file is missing" in missing.stderr

@@ -180,12 +180,6 @@ class ManifestVerifier:
         if problems and not self.allow_modified:
             raise modified_error(problems)
 
-    def problems(self) -> tuple[str, ...]:
-        """Every mismatch found so far, in manifest order."""
-        with self._lock:
-            return tuple(p for e in self.manifest.entries
-                         if (p := self._results.get(e.path)) is not None)
-
     def verified_count(self) -> int:
         with self._lock:
             return sum(1 for p in self._results.values() if p is None)

@@ -93,8 +93,14 @@ class FileVerifier(Protocol):
 class Release:
     """A verified release: prompts in file order plus the frozen matrix.
 
+    `digest` is the release's identity, recorded by runs and checked by replay and compare:
+    pqid-release/1, the SHA-256 of release.json's bytes; PQID-Bench, the SHA-256 of its
+    identity record (name, version, contract, predicate, prompts SHA-256), the same for the
+    core distribution and the evidence repository (`engine.release.pqid_bench`).
+
     `absent` lists files the release's manifest names that are not present (PQID-Bench
     copies may lack some); a command that needs one of them raises ReleaseError naming it.
+    `require` verifies a file before a command reads it; `verify_all` checks every file.
     """
 
     root: Path

@@ -190,6 +190,9 @@ stay at the bottom in both directions.
 
     def _rebuild(self) -> None:
         cursor_column = self.cursor_column
+        # clear() scrolls home; a re-sort keeps the view where the user had it (the widths,
+        # hence the scrollable size, are unchanged, so the offsets stay valid).
+        scroll = (self.scroll_x, self.scroll_y)
         highlight = self.get_component_rich_style("sortable-table--highlight", partial=True) \
             if self.is_mounted else Style(bold=True)
         self.clear(columns=True)
@@ -204,5 +207,7 @@ stay at the bottom in both directions.
                                   no_wrap=True, style=highlight if row.highlight else "",
                                   justify="right" if column.numeric else "left"))
             self.add_row(*cells, key=row.key)
+        self.scroll_x = self.scroll_target_x = scroll[0]
+        self.scroll_y = self.scroll_target_y = scroll[1]
         if self.table_columns:
             self.move_cursor(column=min(cursor_column, len(self.table_columns) - 1))
