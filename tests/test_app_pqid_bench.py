@@ -33,7 +33,8 @@ def archived_transport(release_dir: Path, slug: str) -> httpx.MockTransport:
     response content (what that model really returned in the study)."""
     release = load_release(release_dir)
     content: dict[str, str] = {}
-    for line in (release_dir / BATCHES / "responses" / f"{slug}_responses.jsonl").open():
+    path = release_dir / BATCHES / "responses" / f"{slug}_responses.jsonl"
+    for line in path.read_text().splitlines():
         record = json.loads(line)
         content[record["prompt_id"]] = record["generated_code"]
     by_key = {messages_key(p.request_messages()): p.prompt_id for p in release.prompts}
@@ -190,6 +191,9 @@ async def test_compare_puts_the_candidate_among_the_21_frozen_models(
             if key not in ("row", "label", "kind") and not key.startswith("paired:"):
                 assert cand.cells[key].text == twin.cells[key].text, key
         assert twin.cells["paired:signature"].text == "+0 −0 p=1"
+        chart = screen.query_one("#chart", BarChart)
+        assert chart.title == "signature, highest first" and len(chart.rows) == 22
+        assert sum(1 for r in chart.rows if r.highlight) == 1
         assert table.sort_key == "rank" and not table.sort_reverse
         assert [r.cells["rank"].value for r in table.ordered][:1] == [1]
         for index, column in enumerate(table.table_columns):
@@ -198,10 +202,6 @@ async def test_compare_puts_the_candidate_among_the_21_frozen_models(
             check_whole(table, n="154")
         assert "Mistral Small 3.2 24B Instruct 2506 (OpenRouter/Mistral)" in "\n".join(
             drawn(table))
-
-        chart = screen.query_one("#chart", BarChart)
-        assert chart.title == "signature, highest first" and len(chart.rows) == 22
-        assert sum(1 for r in chart.rows if r.highlight) == 1
 
         sub = screen.query_one("#subtable-0", SortableTable)
         assert len(sub.ordered) == 22
