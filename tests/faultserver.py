@@ -56,6 +56,9 @@ class FaultScript:
     """What the server does: answers by messages key, behaviours per prompt ID."""
 
     answers: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (pid, text)
+    # Prompts whose messages are identical cannot be told apart by the server: their
+    # answers are handed out in request order, one each.
+    answer_queues: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     plan: dict[str, list[str]] = field(default_factory=dict)
     default: str = "ok"
     model_override: str | None = None
@@ -159,7 +162,10 @@ class FaultServer:
                 else:
                     self.wire = "openai"
                 key = messages_key(original_messages(self.wire, body))
-                pid, answer = server.script.answers.get(key, (None, ""))
+                with server._lock:
+                    queue = server.script.answer_queues.get(key)
+                    queued = queue.pop(0) if queue else None
+                pid, answer = queued or server.script.answers.get(key, (None, ""))
                 behaviour = server._next_behaviour(pid)
                 with server._lock:
                     server.seen.append(Seen(pid, body, {k.lower(): v for k, v in

@@ -177,7 +177,7 @@ async def test_compare_puts_the_candidate_among_the_21_frozen_models(
         await settle(app, pilot)
         table = screen.query_one("#comparison", SortableTable)
         keys = [c.key for c in table.table_columns]
-        assert keys[:5] == ["rank", "row", "label", "kind", "n"]
+        assert keys[:5] == ["rank", "row", "kind", "n", "answered"] and "label" in keys
         for metric in ("execution", "assembly", "signature", "num_qubits", "num_clbits",
                        "gate_count", "gate_types", "gap:execution_structure_gap",
                        "gap:assembly_structure_gap", "paired:signature"):

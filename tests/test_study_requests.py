@@ -351,3 +351,17 @@ def test_trace_of_a_run_on_another_release_is_one_clear_error(
     missing = cli("--batch", "trace", "--release-dir", str(evidence.root), "--run-dir",
                   str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "run-manifest.json: file is missing" in missing.stderr
+
+
+def test_families_without_a_project_adapter_are_named_as_route_differences(
+        evidence: Release) -> None:
+    for provider, model, family in (
+            ("hugging-face", "Qiskit/mistral-small-3.2-24b-qiskit:featherless-ai",
+             "openai_compatible_completion"),
+            ("openai", "gpt-5.5", "openai_responses")):
+        t = trace_plan(build_plan(make_config(release_dir=evidence.root, provider=provider,
+                                              model=model, limit=2), evidence))
+        assert t.replicates is None and t.same_sent_bodies is None
+        assert t.closest is not None and t.closest.row.api_model_id == model
+        assert t.differences["route"]["study"]["request_family"] == family
+        assert all({"route", "messages"} <= set(d["aspects"]) for d in t.differing_prompts)

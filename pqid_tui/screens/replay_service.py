@@ -123,14 +123,14 @@ class Comparison:
     def columns(self) -> tuple[Column, ...]:
         """Every column of the comparison table, left to right."""
         named = any(r.display_name and r.display_name != r.label for r in self.rows)
-        cols = [*self.lead_columns, Column("row", "row")]
-        if named:
-            cols.append(Column("label", "label"))
-        cols += [Column("kind", "kind"), Column("n", "n", numeric=True)]
+        cols = [*self.lead_columns, Column("row", "row"), Column("kind", "kind"),
+                Column("n", "n", numeric=True)]
         if any(r.answered is not None for r in self.rows):
             cols.append(Column("answered", "answered", numeric=True))
         cols += [Column(m, self.label_of(m), numeric=True) for m in self.metrics]
         cols += list(self.extra_columns)
+        if named:  # the release's own identifiers, as the batch mode prints them
+            cols.append(Column("label", "label"))
         if any(r.partial for r in self.rows):
             cols.append(Column("partial", "partial"))
         return tuple(cols)
