@@ -198,6 +198,72 @@ def test_replay_and_compare(snap_compare: Any, place: Path) -> None:
     assert snap_compare(app_with_runs(place), terminal_size=SIZE, run_before=before)
 
 
+def compare_app(place: Path) -> PqidApp:
+    """The synthetic 21-row matrix release of test_app_replay and a replayed 70-prompt run."""
+    from tests.test_app_replay import (
+        EngineCompareService,
+        synthetic_matrix_release,
+        synthetic_replayed_run,
+    )
+
+    release = synthetic_matrix_release(place / "release")
+    asyncio.run(synthetic_replayed_run(place / "runs", release))
+    return make_app(release, place / "runs", env={}, clock=frozen_clock,
+                    replay_service=EngineCompareService())
+
+
+def open_comparison(widget: str) -> Any:
+    """Open Replay and compare, compare (m), scroll `widget` to the top of the screen."""
+    async def before(pilot: Any) -> None:
+        await settle(pilot)
+        await pilot.press("r")
+        await settle(pilot)
+        await pilot.press("m")
+        await settle(pilot)
+        screen = pilot.app.screen
+        screen.query_one("#replay").scroll_to_widget(screen.query_one(widget), top=True,
+                                                     animate=False)
+        await settle(pilot)
+
+    return before
+
+
+def test_compare_with_22_rows(snap_compare: Any, place: Path) -> None:
+    """The comparison of groq/demo-model with 21 synthetic frozen model rows on 70 prompts:
+    the note (70 prompts), then all 22 rows at once sorted by rank (rank ▲ in the header, the
+    rank column under the cursor), every name whole (the long synthetic names included),
+    kind, n = 70, answered and the rate columns as `rate% (count/70)`, the run's row in bold
+    accent; the rest of the columns are to the right (horizontal scrollbar)."""
+    assert snap_compare(compare_app(place), terminal_size=SIZE,
+                        run_before=open_comparison("#compare-note"))
+
+
+def test_compare_chart_with_22_rows(snap_compare: Any, place: Path) -> None:
+    """The bar chart of the same comparison: title `structural match, highest first`, 22
+    lines, one bar per row in decreasing order, each with its rate and (count/70); the run's
+    line marked ▶ in the accent colour; the two names too long for a third of the width end
+    in an ellipsis."""
+    assert snap_compare(compare_app(place), terminal_size=SIZE,
+                        run_before=open_comparison("#chart"))
+
+
+def test_compare_pqid_bench_21_models(snap_compare: Any, place: Path,
+                                      pqid_bench: Any) -> None:
+    """PQID-Bench v1.0.0 at 160x48: a run that answered with Llama 3.3 70B Versatile's
+    archived responses, scored with its frozen verdicts, among the 21 frozen models: the note
+    naming the 150-prompt identifiability subset and `publishable`; 22 rows by rank (Claude
+    Fable 5 and GPT-5.6 Sol 1, ..., Llama 3.1 8B Instant and Qwen3 32B 21), the run at rank 17
+    beside its twin with the same rates; full model names (Mistral Small 3.2 24B Instruct 2506
+    (OpenRouter/Mistral)); execution, assembly and signature columns as `rate% (count/154)`."""
+    from tests.test_app_pqid_bench import CompareOnly, replayed_evidence_run
+
+    asyncio.run(replayed_evidence_run(place / "runs", pqid_bench.evidence))
+    app = make_app(pqid_bench.evidence, place / "runs", env={}, clock=frozen_clock,
+                   replay_service=CompareOnly())
+    assert snap_compare(app, terminal_size=(160, 48),
+                        run_before=open_comparison("#compare-note"))
+
+
 def test_help_screen(snap_compare: Any, place: Path) -> None:
     """F1 over the run monitor: the monitor's help text, the run grid's help (the focused
     widget) and the table of keys with their actions."""
