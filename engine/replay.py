@@ -344,14 +344,16 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
 
 def evaluator_runner(pin: EnvironmentPin, *, base_image: str | None, wheelhouse: Path | None,
                      wall_clock_seconds: float | None = None,
-                     allow_environment_mismatch: bool = False) -> DockerEvaluatorRunner:
+                     allow_environment_mismatch: bool = False,
+                     client: Any = None) -> DockerEvaluatorRunner:
     """The Docker runner for a release's environment (its complete pins, its Python)."""
     # The project's own pins go in as the file they are, so its image keeps its digest.
     requirements = None if pin.source == SOURCE_PROJECT else pin.requirements
     return DockerEvaluatorRunner(base_image=base_image, wheelhouse=wheelhouse,
                                  requirements=requirements, python_version=pin.python,
                                  wall_clock_seconds=wall_clock_seconds,
-                                 allow_environment_mismatch=allow_environment_mismatch)
+                                 allow_environment_mismatch=allow_environment_mismatch,
+                                 client=client)
 
 
 def environment_record(runner: EvaluatorRunner, outcome: RunOutcome,
@@ -390,7 +392,7 @@ def stamp_evaluation(evaluation: dict[str, Any], release: Release,
         evaluation.setdefault("predicate", release.predicate)
     facts = environment.get("facts") or {}
     env = dict(evaluation.get("environment") or {})
-    for key in ("image", "image_id"):
+    for key in ("python", "image", "image_id"):
         if facts.get(key) is not None:
             env.setdefault(key, facts[key])
     if facts.get("complete"):

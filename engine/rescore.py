@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from engine.docker_runner import EvaluationItem, EvaluatorConfig, EvaluatorRunner
+from engine.docker_runner import EvaluationItem, EvaluatorConfig, EvaluatorRunner, RunOutcome
 from engine.environment import release_environment
 from engine.errors import InputError, ReleaseError, UsageError
 from engine.evaluations import infrastructure_evaluation, md_table, table
@@ -284,6 +284,7 @@ class RescoreResult:
     report: dict[str, Any]
     evaluations: dict[str, list[dict[str, Any]]] = field(repr=False)
     files: dict[str, Path] = field(default_factory=dict)
+    outcome: RunOutcome | None = field(default=None, repr=False)  # the evaluator's own timing
 
 
 def _item_id(label: str, pid: str) -> str:
@@ -383,7 +384,7 @@ def rescore(release: Release | Path | str, *,
                           killed=list(outcome.killed), not_evaluated=len(outcome.not_evaluated),
                           timing={"image_s": round(image_ready - started, 3),
                                   "scoring_s": round(scored - image_ready, 3)})
-    result = RescoreResult(report, evaluations)
+    result = RescoreResult(report, evaluations, outcome=outcome)
     if output_dir is not None:
         result.files = write_outputs(output_dir, report, evaluations)
     return result

