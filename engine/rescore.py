@@ -324,7 +324,9 @@ def rescore(release: Release | Path | str, *,
             raise UsageError(f"--output-dir {output_dir}: exists and is not a directory")
     sets = ([file_set(release, Path(responses), frozen_report)] if responses is not None
             else study_sets(release, select_rows(release, models)))
-    sets = [s for s in sets if s.lines] or _nothing(sets)
+    if not any(s.lines for s in sets):
+        names = ", ".join(str(s.responses_path) for s in sets)
+        raise InputError(f"{names}: holds no response lines; nothing to rescore")
     started = time.monotonic()
     items: list[EvaluationItem] = []
     owner: dict[str, tuple[ResponseSet, str]] = {}
@@ -388,11 +390,6 @@ def rescore(release: Release | Path | str, *,
     if output_dir is not None:
         result.files = write_outputs(output_dir, report, evaluations)
     return result
-
-
-def _nothing(sets: Sequence[ResponseSet]) -> list[ResponseSet]:
-    names = ", ".join(str(s.responses_path) for s in sets)
-    raise InputError(f"{names}: holds no response lines; nothing to rescore")
 
 
 def build_report(release: Release, sets: Sequence[ResponseSet],

@@ -83,6 +83,10 @@ _CHILD_ENV = {
 }
 
 
+class CircuitSerializationError(Exception):
+    """A candidate circuit of the PQID-Bench contract that QPY could not serialize."""
+
+
 @dataclass(frozen=True)
 class Rules:
     """Which contract's namespace a snippet runs in (registers: the PQID-Bench widths)."""
@@ -92,11 +96,14 @@ class Rules:
 
     @classmethod
     def from_request(cls, request: dict[str, Any]) -> Rules:
-        """The rules a request asks for; anything unknown or malformed means the project's."""
+        """The rules a request asks for (the project's unless it names PQID-Bench's).
+
+        Raises ValueError for register widths that are not two integers from 1 to 4096.
+        """
         if request.get("contract") != CONTRACT_PQID_BENCH:
             return cls()
-        widths = request.get("registers")
-        if (
+        widths = request.get("registers", list(cls().registers))
+        if not (
             isinstance(widths, list)
             and len(widths) == 2
             and all(
@@ -104,8 +111,8 @@ class Rules:
                 for w in widths
             )
         ):
-            return cls(under_pqid_bench=True, registers=(widths[0], widths[1]))
-        return cls(under_pqid_bench=True)
+            raise ValueError(f"register widths must be two integers from 1 to 4096: {widths!r}")
+        return cls(under_pqid_bench=True, registers=(widths[0], widths[1]))
 
 
 @dataclass(frozen=True)
@@ -307,7 +314,12 @@ def _child(
             if circuits:
                 status["phase"] = "serialize"
                 buffer = io.BytesIO()
-                dump(circuits, buffer)
+                try:
+                    dump(circuits, buffer, metadata_serializer=pqid_bench.MetadataAsText)
+                except Exception as exc:
+                    # Nothing the grader cannot load is graded: named apart from the code's own.
+                    kind, message = _describe(exc)
+                    raise CircuitSerializationError(f"{kind}: {message}") from None
                 qpy_bytes = buffer.getvalue()
             status["phase"] = "done"
             write_all(_RESULT_FD, frame(encode(status)) + frame(qpy_bytes))

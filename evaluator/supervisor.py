@@ -14,7 +14,8 @@ Protocol (stdin, JSON lines, read to EOF before anything is scored)::
 
 Protocol (stdout, JSON lines, written only here)::
 
-    {"type": "hello", "evaluator_version": "...", "environment": {...}, "timing": {...}}
+    {"type": "hello", "evaluator_version": "...", "environment": {...}, "timing": {...},
+     "contract": "...", "predicate": "..." | null}
     {"type": "started", "prompt_id": "...", "index": 0, "total": n}     # per item
     {"type": "evaluation", "evaluation": {...}, "timing": {...}}         # per item
     {"type": "done", "count": n}
@@ -24,7 +25,8 @@ comes when its snippet is about to run, which may be before item n - 1's `evalua
 with the grader). `timing` is not part of the evaluation: in `hello`, the supervisor's start
 and readiness (wall-clock seconds since the epoch) and each worker's import times; per item,
 the forked child's lifetime from fork to reaping (`child_ms`), the snippet's own run inside it
-(`snippet_ms`) and the grader's time on the circuit (`grade_ms`), null where not reached.
+(`snippet_ms`) and the grader's time on the circuit (`grade_ms`), null where not reached; under
+the PQID-Bench contract also the recovery run's (`recovery_child_ms`, `recovery_snippet_ms`).
 
 Every item of a job is scored under the config's scoring contract (`evaluator.contracts`;
 the project's own when the config names none); an unknown contract is a protocol error. Under
@@ -588,12 +590,15 @@ class Supervisor:
                 worker.ensure()
             except WorkerError as exc:
                 print(f"evaluator: {exc}", file=sys.stderr)
+        contract = get_contract(self.config.contract)
         self.emit(
             {
                 "type": "hello",
                 "evaluator_version": evaluator.__version__,
                 "environment": self.environment,
                 "timing": self._startup_timing(),
+                "contract": contract.name,
+                "predicate": contract.predicate,
             }
         )
         self._waiting.clear()

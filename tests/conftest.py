@@ -210,3 +210,18 @@ def pqid_bench_image(docker_client: Any) -> str:
                                    requirements=pins, python_version=python,
                                    client=docker_client)
     return runner.ensure_image(build=True)
+
+
+@pytest.fixture
+def pqid_bench_runner(docker_client: Any, pqid_bench_image: str) -> Any:
+    """A Docker runner in PQID-Bench v1.0.0's pinned environment, its image ready."""
+    from engine.docker_runner import DockerEvaluatorRunner
+    from engine.environment import environments_dir, read_pin_file
+
+    python, pins = read_pin_file(environments_dir() / PQID_BENCH_PINS)
+    wheelhouse = WHEELHOUSE_PY313 if any(WHEELHOUSE_PY313.glob("*.whl")) else None
+    runner = DockerEvaluatorRunner(base_image=PQID_BENCH_BASE_IMAGE, wheelhouse=wheelhouse,
+                                   requirements=pins, python_version=python,
+                                   client=docker_client)
+    runner.ensure_image(build=False)
+    return runner

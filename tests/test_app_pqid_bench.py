@@ -108,6 +108,8 @@ async def test_home_shows_the_evidence_repository(pqid_bench: PqidBenchCopies,
         assert "Python 3.13" in info
         # Every present file checked against ARTIFACT_MANIFEST.tsv; the absent ones counted.
         assert "verified 650 of 1087 listed files; 437 absent (a lists them)" in info
+        hint = str(home.query_one("#runs-hint", Static).render())
+        assert "choose a route and a model" in hint and "oracle" not in hint
         box = home.query_one("#absent", Collapsible)
         assert box.display and box.collapsed
         await pilot.press("a")

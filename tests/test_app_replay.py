@@ -92,8 +92,11 @@ async def test_build_replay_compare_and_export(tmp_path: Path) -> None:
         assert shown(taxonomy)[0] == ["ok", "2", "50.0%"]
 
         # From the keyboard: the focused table sorts by the column under its cursor.
-        assert screen.focused is table
-        await pilot.press("s")  # column 0, "row": A to Z
+        assert screen.focused is table and table.cursor_column == keys.index("execution")
+        await pilot.press("s")  # the sorted column again: reversed, lowest first
+        assert table.sort_key == "execution" and not table.sort_reverse
+        assert shown(table)[0][0] == "groq/demo-model"
+        await pilot.press(*["left"] * keys.index("execution"), "s")  # "row": A to Z
         assert table.sort_key == "row" and not table.sort_reverse
         assert [r[0] for r in shown(table)] == ["groq/demo-model", "oracle"]
         assert "row ▲" in drawn(table)[0]

@@ -178,7 +178,9 @@ def test_credentials(snap_compare: Any, place: Path, memory_keyring: Any) -> Non
 def test_replay_and_compare(snap_compare: Any, place: Path) -> None:
     """Replay & compare after a fake build and replay of groq-demo: Docker 99.0-fake with the
     image present, the log, progress 4/4, the comparison table with denominators and partial
-    marks, the bar chart of execution rates and the failure taxonomy (scrolled to the end)."""
+    marks, sorted by execution (▼, the cursor on that column), the run's row in bold accent,
+    the bar chart of execution rates (the run marked ▶) and the failure taxonomy (scrolled to
+    the end)."""
     async def before(pilot: Any) -> None:
         from textual.widgets import Checkbox
 

@@ -291,6 +291,7 @@ CASES: dict[str, tuple[str | None, str | None, dict[str, Any]]] = {
     "statevector_wide": ("qc = QuantumCircuit(5)\nqc.h(0)\n", None, FIVE_TARGET),
     "statevector_unbound": ("qc = QuantumCircuit(2)\nqc.rx(theta, 0)\nqc.cx(0, 1)\n", None,
                             UNITARY_TARGET),
+    "odd_metadata": (BELL + "qc.metadata = {'seen': {1, 2}, 'why': ...}\n", None, TARGET),
     "lying_subclass": (
         ESCAPE + "make = real['type']\n"
         "Always = make('Always', (), {'__eq__': lambda self, other: True,"
@@ -499,3 +500,75 @@ def test_counts_come_from_the_grader_not_the_child(scored: dict[str, dict[str, A
     assert not ev["num_qubits_match"] and not ev["num_clbits_match"]
     assert ev["structure"]["found"]["num_qubits"] == 1
     assert ev["structure"]["found"]["gate_types"] == {"x": 1}
+
+
+def test_metadata_qpy_cannot_store_does_not_change_the_verdict(
+    scored: dict[str, dict[str, Any]],
+) -> None:
+    """Process model: the hand-over to the grader must not fail a circuit the rules accept."""
+    assert scored["odd_metadata"]["category"] == "ok", scored["odd_metadata"]["error"]
+
+
+# -- the archived study: whole models scored as frozen ----------------------------------------
+
+STUDY = "artifacts/external_model_batches_154"
+ENDPOINTS = ("report_executable", "report_assembly_admissible", "report_signature_match",
+             "num_qubits_match", "num_clbits_match", "gate_count_match", "gate_types_match",
+             "selected_circuit_name", "execution_error_type", "circuit_count", "empty_generation")
+
+
+def _frozen_verdict(record: dict[str, Any]) -> dict[str, Any]:
+    """A harness-report record's verdict in the canonical fields."""
+    execution, checks = record["execution"], record.get("structural_checks") or {}
+    return {
+        "report_executable": bool(execution.get("execution_success")
+                                  and execution.get("circuit_found")),
+        "report_assembly_admissible": bool((execution.get("qasm3_export") or {}).get("success")),
+        "report_signature_match": bool(checks.get("all_match")),
+        **{key: bool(checks.get(key)) for key in ENDPOINTS[3:7]},
+        "selected_circuit_name": execution.get("selected_circuit_name"),
+        "execution_error_type": execution.get("execution_error_type"),
+        "circuit_count": execution.get("circuit_count"),
+        "empty_generation": record["empty_generation"],
+    }
+
+
+# Two models that score the same on this venv's Qiskit as on the frozen 2.1.1 (not every model
+# does: a transpiled circuit or `draw("mpl")` depends on the environment; the pinned image is
+# where all 21 agree). Llama 3.1 8B is the model the built-in correction moved most (61 cells).
+@pytest.mark.parametrize("slug", ["groq_llama-3_1-8b-instant", "groq_llama-3_3-70b-versatile"])
+def test_archived_responses_score_as_frozen(pqid_bench: Any, slug: str) -> None:
+    """Every rule together: a frozen model's 154 archived responses get its frozen verdicts."""
+    evidence = Path(pqid_bench.evidence)
+    prompts = [json.loads(line) for line in (
+        evidence / "artifacts/test_split_154/pqid_bench_external_generation_prompts_154.jsonl"
+    ).read_text(encoding="utf-8").splitlines() if line.strip()]
+    responses = {}
+    for line in (evidence / STUDY / "responses" / f"{slug}_responses.jsonl").read_text(
+            encoding="utf-8").splitlines():
+        if line.strip():
+            response = json.loads(line)
+            responses[response["prompt_id"]] = response
+    report = json.loads((evidence / STUDY / "evaluations" / slug /
+                         "pqid_bench_external_model_generation_harness_report.json").read_text())
+    frozen = {record["prompt_id"]: _frozen_verdict(record) for record in report["records"]}
+    lines = [{"type": "config", "contract": CONTRACT_PQID_BENCH}] + [
+        {"type": "item", "prompt_id": p["prompt_id"], "content": None,
+         "generated_code": responses[p["prompt_id"]]["generated_code"],
+         "target_metadata": p["target_metadata"]} for p in prompts]
+    proc = subprocess.run(
+        [sys.executable, "-m", "evaluator", "serve"],
+        input="".join(json.dumps(line) + "\n" for line in lines),
+        capture_output=True, text=True, timeout=600, cwd="/tmp", start_new_session=True,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    scored = {m["evaluation"]["prompt_id"]: m["evaluation"]
+              for m in map(json.loads, proc.stdout.splitlines()) if m["type"] == "evaluation"}
+    assert len(scored) == len(frozen) == 154
+    disagreements = {
+        pid: {key: (want[key], scored[pid].get(key)) for key in ENDPOINTS
+              if scored[pid].get(key) != want[key]}
+        for pid, want in frozen.items()
+    }
+    assert {pid: d for pid, d in disagreements.items() if d} == {}

@@ -389,6 +389,10 @@ def test_rescore_refuses_what_it_cannot_do(two_models: Release, tmp_path: Path) 
     with pytest.raises(InputError, match="does not exist"):
         rescore(two_models, acknowledge_code_execution=True, responses=tmp_path / "none.jsonl",
                 runner=ScriptedRunner())
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(InputError, match="holds no response lines"):
+        rescore(two_models, acknowledge_code_execution=True, responses=tmp_path / "empty.jsonl",
+                runner=ScriptedRunner())
 
 
 def test_repeated_prompts_keep_the_last_line_only_under_the_study_contract(

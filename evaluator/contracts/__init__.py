@@ -1,10 +1,11 @@
 """Scoring contracts: the named, versioned rule sets that turn one response into one verdict.
 
 A job names its contract on the config line (``"contract": "<name>"``) and every item of the
-job is scored under it; an unknown name is a protocol error. Each contract has a module here:
-`project` (the project's own rules, the default) and `pqid_bench` (PQID-Bench's frozen
-evaluator and structural predicate). Only the standard library is imported at module level, so
-the supervisor, which never imports Qiskit, can read a contract's rules too.
+job is scored under it; an unknown name is a protocol error. The project's own rules (the
+default) are the evaluator's modules themselves (`extract`, `discover`, `grading`); every other
+contract has a module here: `pqid_bench` holds PQID-Bench's frozen evaluator and structural
+predicate. Only the standard library is imported at module level, so the supervisor, which
+never imports Qiskit, can read a contract's rules too.
 
 A contract's rules decide admissibility (what a response may use, which circuit counts, what
 matches); they are not the security boundary. Whatever the contract, generated code runs only

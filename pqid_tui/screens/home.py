@@ -36,9 +36,9 @@ The release the app works on: its name, version and layout (the project's own
 `pqid-release/1`, or PQID-Bench's core distribution or evidence repository), the scoring
 contract its frozen rows were scored under, prompts by split, the frozen matrix (models
 and reference rows) and the verification (SHA-256 digests, or for PQID-Bench the files of
-`ARTIFACT_MANIFEST.tsv` verified and those absent from this copy: **a** lists them). Below,
-every run directory under the runs directory with its counts and whether it has been
-replayed.
+`ARTIFACT_MANIFEST.tsv` verified and those absent from this copy: **a** lists them, **v**
+checks every listed file again). Below, every run directory under the runs directory with
+its counts and whether it has been replayed.
 
 Select a run and press **Enter** to open its monitor, **r** to replay it. **n** plans a
 new run; **c** manages the keys each route would use.
@@ -146,7 +146,13 @@ new run; **c** manages the keys each route would use.
         hint = self.query_one("#runs-hint", Static)
         hint.display = not runs
         table.display = bool(runs)
-        if not runs:
+        app: Any = self.app
+        if not runs and app.release is not None and app.release.format != FORMAT_PQID_RELEASE:
+            # PQID-Bench ships no reference code, so the oracle route has nothing to answer.
+            hint.update("No runs yet. Press n to plan a first run: choose a route and a model; "
+                        "the dry-run plan shows what would be sent, and which of the study's "
+                        "frozen rows it replicates request for request, before anything is.")
+        elif not runs:
             hint.update("No runs yet. Press n to plan a first run: the oracle route answers "
                         "with the release's reference code, needs no key and sends nothing "
                         "over the network, so it is a safe way to see the whole pipeline.")

@@ -378,10 +378,10 @@ prompts that were in flight when a run died (a possible extra paid draw).
              f"IDs {len(sel['prompt_ids_filter']) if sel['prompt_ids_filter'] else 'all'}")
         line("first prompts", ", ".join(d["first_prompt_ids"]))
         line("prompt IDs sha256", d["prompt_ids_sha256"][:32] + "…")
+        line("request set sha256", d["request_set_sha256"][:32] + "…")
         study = d.get("study")
         if isinstance(study, dict) and isinstance(study.get("trace"), dict):
             line("frozen study row", study_text(study["trace"]))
-        line("request set sha256", d["request_set_sha256"][:32] + "…")
         line("temperature", contract["temperature"] if contract["temperature"] is not None
              else "omitted")
         line("top_p", contract["top_p"] if contract["top_p"] is not None else "omitted")

@@ -141,7 +141,17 @@ stay at the bottom in both directions.
         if self.sort_key is not None:
             self.sort_reverse = self._default_reverse(self.sort_key) if reverse is None \
                 else reverse
-        self._rebuild()
+        self._rebuild(scroll=False)
+        if self.sort_key is not None:  # the cursor starts on the sorted column: `s` reverses
+            self.move_cursor(column=[c.key for c in self.table_columns].index(self.sort_key),
+                             scroll=False)
+        # New content starts at the left edge, scrolled only as far as the cursor needs; a
+        # table shown for the first time has no size until it is laid out, so after that.
+        self.call_after_refresh(self._scroll_home_to_cursor)
+
+    def _scroll_home_to_cursor(self) -> None:
+        self.scroll_to(x=0, animate=False, immediate=True)
+        self.move_cursor(column=self.cursor_column)
 
     @property
     def ordered(self) -> list[Row]:
@@ -155,11 +165,6 @@ stay at the bottom in both directions.
         cells = [cell_len(escape_controls(r.cells[column.key].text)) for r in self.table_rows
                  if column.key in r.cells]
         return max([cell_len(escape_controls(column.label)) + _MARK_WIDTH, *cells])
-
-    def cell_text(self, row_index: int, key: str) -> str:
-        """The text of one shown cell (row in display order)."""
-        cell = self.ordered[row_index].cells.get(key)
-        return "" if cell is None else cell.text
 
     # -- sorting ---------------------------------------------------------------------------------
     def _default_reverse(self, key: str) -> bool:
@@ -196,11 +201,11 @@ stay at the bottom in both directions.
         return Text(escape_controls(column.label) + mark, end="",
                     justify="right" if column.numeric else "left")
 
-    def _rebuild(self) -> None:
+    def _rebuild(self, *, scroll: bool = True) -> None:
         cursor_column = self.cursor_column
         # clear() scrolls home; a re-sort keeps the view where the user had it (the widths,
         # hence the scrollable size, are unchanged, so the offsets stay valid).
-        scroll = (self.scroll_x, self.scroll_y)
+        offsets = (self.scroll_x, self.scroll_y)
         highlight = self.get_component_rich_style("sortable-table--highlight", partial=True) \
             if self.is_mounted else Style(bold=True)
         self.clear(columns=True)
@@ -215,7 +220,8 @@ stay at the bottom in both directions.
                                   no_wrap=True, style=highlight if row.highlight else "",
                                   justify="right" if column.numeric else "left"))
             self.add_row(*cells, key=row.key)
-        self.scroll_x = self.scroll_target_x = scroll[0]
-        self.scroll_y = self.scroll_target_y = scroll[1]
+        self.scroll_x = self.scroll_target_x = offsets[0]
+        self.scroll_y = self.scroll_target_y = offsets[1]
         if self.table_columns:
-            self.move_cursor(column=min(cursor_column, len(self.table_columns) - 1))
+            self.move_cursor(column=min(cursor_column, len(self.table_columns) - 1),
+                             scroll=scroll)
