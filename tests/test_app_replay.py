@@ -387,3 +387,26 @@ async def test_the_chart_has_one_bar_per_row_highest_first(tmp_path: Path) -> No
             assert f"{row.rate * 100:5.1f}% {row.note}" in line  # type: ignore[operator]
             assert row.label in line or (len(row.label) > 30 and "…" in line)
         assert any("…" in line for line in lines)  # the longest names did not fit at 120
+
+
+async def test_the_names_stay_in_view_when_the_screen_is_wide_enough(tmp_path: Path) -> None:
+    """Rank and name are pinned while the table scrolls sideways, unless they would take more
+    than two thirds of the width (at 80 columns the long synthetic names would)."""
+    release = synthetic_matrix_release(tmp_path / "release")
+    runs = tmp_path / "runs"
+    await synthetic_replayed_run(runs, release)
+    for size, pinned in ((SIZE, 2), ((80, 40), 0)):
+        app = make_app(release, runs, replay_service=EngineCompareService())
+        async with app.run_test(size=size) as pilot:
+            screen = await open_replay(app, pilot)
+            await pilot.press("m")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            table = screen.query_one("#comparison", SortableTable)
+            assert table.fixed_columns == pinned, size
+            await pilot.press(*["right"] * (len(table.table_columns) - 1))
+            await pilot.pause()
+            assert table.scroll_x > 0
+            header = drawn(table)[0]
+            assert ("row" in header.split()) == bool(pinned)
+            assert table.table_columns[-1].label in header  # the last column came into view

@@ -131,11 +131,14 @@ stay at the bottom in both directions.
              sort_key: str | None = None, reverse: bool | None = None, fixed: int = 0) -> None:
         """Replace the content; sorted by `sort_key` (default direction per column) if given.
 
-        The first `fixed` columns stay in view when the table scrolls sideways.
+        The first `fixed` columns stay in view when the table scrolls sideways, unless they
+        would take more than two thirds of the screen's width.
         """
-        self.fixed_columns = fixed
         self.table_columns = tuple(columns)
         self.table_rows = tuple(rows)
+        pinned = sum(self.column_width(c) + 2 * self.cell_padding
+                     for c in self.table_columns[:fixed])
+        self.fixed_columns = fixed if pinned <= self.app.size.width * 2 // 3 else 0
         keys = {c.key for c in self.table_columns}
         self.sort_key = sort_key if sort_key in keys else None
         if self.sort_key is not None:
