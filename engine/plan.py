@@ -167,6 +167,13 @@ def build_plan(config: LiveRunConfig, release: Release | None = None) -> Plan:
     contract = generation_contract(config, route)
     adapter = adapter_for(route)
     prompts = select_prompts(release, config)
+    if route.adapter == "oracle":
+        without = [p.prompt_id for p in prompts if not p.target_metadata.get("reference_code")]
+        if without:
+            raise ConfigError(
+                f"the oracle route answers each prompt with its reference code, and "
+                f"{len(without)} of the {len(prompts)} selected prompts of {release.name} "
+                f"{release.version} have none (first: {without[0]}); choose a model route")
     requests = []
     for prompt in prompts:
         body = adapter.build_body(config.model, prompt.request_messages(), contract)
