@@ -97,7 +97,15 @@ class ReplayResult:
 
 
 def study_code(obj: Mapping[str, Any]) -> str | None:
-    """PQID-Bench's code channel: the first of `STUDY_CODE_FIELDS` that holds text."""
+    """PQID-Bench's code channel: the model's reply text.
+
+    A pqid-tui run records the reply as `content` (its `generated_code` is pqid-tui's own
+    extraction, which the study never applied), so `content` comes first; a line in the
+    study's format has no `content`, and then the first of `STUDY_CODE_FIELDS` with text.
+    """
+    content = obj.get("content")
+    if isinstance(content, str) and content:
+        return content
     for key in STUDY_CODE_FIELDS:
         value = obj.get(key)
         if isinstance(value, str) and value:

@@ -406,6 +406,21 @@ def test_repeated_prompts_keep_the_last_line_only_under_the_study_contract(
         read_responses(path, two_models, last_wins=False)
 
 
+def test_the_study_code_channel_is_the_reply_text(two_models: Release, tmp_path: Path) -> None:
+    """Under the study's contract the code is the model's reply: a pqid-tui run line's
+    `content` (its `generated_code` is pqid-tui's own extraction, which the study never
+    applied), else the first study field with text; a raw provider body is never code."""
+    path = tmp_path / "r.jsonl"
+    lines = [{"prompt_id": "p1", "content": "```python\nqc = 1\n```\nand prose",
+              "generated_code": "qc = 1"},
+             {"prompt_id": "p2", "generated_code": "", "code": "", "completion": "x = 2",
+              "raw_response": "{\"choices\": []}"}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    first, second = read_responses(path, two_models)
+    assert first.generated_code == lines[0]["content"]
+    assert second.generated_code == "x = 2"
+
+
 def test_the_command_refuses_without_acknowledgement(tmp_path: Path) -> None:
     done = cli("--batch", "rescore", "--release-dir", str(tmp_path))
     assert done.returncode == 2 and "--acknowledge-code-execution" in done.stderr
