@@ -110,6 +110,30 @@ def _environment_key(item: Mapping[str, Any], contract: str) -> EnvKey:
             ("contract", scored_under))
 
 
+def _package_differences(release: Release, by_id: Mapping[str, Mapping[str, Any]],
+                         selected: Sequence[str]) -> list[str]:
+    """Every package of the candidate's image against the release's complete pin set.
+
+    A replay records the image's full package list (`environment.packages`) when it probed the
+    image; a package outside the pins (matplotlib decides whether `draw('mpl')` executes) can
+    change a verdict as surely as the Qiskit version.
+    """
+    from engine.environment import environment_differences, release_environment
+
+    pin = release_environment(release.evaluator_requirements, release.python_version)
+    seen: list[str] = []
+    for pid in selected:
+        env = (by_id.get(pid) or {}).get("environment")
+        if not isinstance(env, Mapping) or not isinstance(env.get("packages"), Mapping):
+            continue
+        for line in environment_differences(pin, {"python": env.get("python"),
+                                                  "packages": env["packages"],
+                                                  "complete": True}):
+            if line not in seen:
+                seen.append(line)
+    return seen
+
+
 def _describe_env(key: EnvKey) -> str:
     return ", ".join(f"{name} {value or 'unknown'}" for name, value in key)
 
@@ -283,6 +307,11 @@ def compare(release: Release, evaluations_path: Path, *,
                       for n, v in cand_env if n in pinned and v != pinned[n]]
             if differ:
                 mismatches.append("the candidate was scored with " + ", ".join(differ))
+        extra = _package_differences(release, by_id, selected)
+        if extra:
+            mismatches.append("the candidate's image differs from the release's complete pin "
+                              "set: " + "; ".join(extra[:5])
+                              + (f" (and {len(extra) - 5} more)" if len(extra) > 5 else ""))
     elif release.evaluator_version and cand_env and \
             dict(cand_env)["evaluator"] != release.evaluator_version:
         mismatches.append(f"the candidate was scored with evaluator {dict(cand_env)['evaluator']},"

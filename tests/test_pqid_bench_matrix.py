@@ -414,6 +414,27 @@ def test_another_environment_is_refused_or_marked_not_publishable(
         compare(release, project)
 
 
+def test_an_image_outside_the_complete_pin_set_is_refused(release: Release,
+                                                          tmp_path: Path) -> None:
+    """Qiskit and Aer pinned right is not enough: every package of the image must be the
+    release's (without matplotlib, `draw('mpl')` fails where the frozen rows executed)."""
+    from engine.environment import release_environment
+
+    pin = release_environment(release.evaluator_requirements, release.python_version)
+    packages = dict(pin.pins)
+    assert "matplotlib" in packages
+    cells = release.frozen_evaluations(ROW)
+    exact = write_jsonl(tmp_path / "exact.jsonl", [
+        {**c, "environment": {**PINS, "python": "3.13.5", "packages": packages}} for c in cells])
+    assert compare(release, exact).publishable
+    lacking = {k: v for k, v in packages.items() if k != "matplotlib"}
+    without = write_jsonl(tmp_path / "without.jsonl", [
+        {**c, "environment": {**PINS, "python": "3.13.5", "packages": lacking}} for c in cells])
+    with pytest.raises(CompareRefused, match=r"matplotlib is not installed"):
+        compare(release, without)
+    assert not compare(release, without, allow_environment_mismatch=True).publishable
+
+
 def test_batch_compare_on_the_evidence_repository(evidence: Path, own_cells: Path,
                                                   tmp_path: Path) -> None:
     done = cli("--batch", "compare", "--release-dir", str(evidence), "--evaluations",
