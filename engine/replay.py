@@ -344,7 +344,12 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
     superseded = {r.prompt_id: list(r.superseded) for r in responses if r.superseded}
     if superseded:
         summary["superseded_lines"] = superseded
-    files = write_outputs(output_dir, ordered, summary)
+    harness = None
+    if release.contract == CONTRACT_PQID_BENCH:
+        from engine.harness_report import build_report
+
+        harness = build_report(ordered, release, responses=responses_path)
+    files = write_outputs(output_dir, ordered, summary, harness=harness)
     if progress is not None:
         progress(ReplayFinished(str(output_dir), dict(summary["categories"])))
     return ReplayResult(output_dir, files, summary, ordered)
@@ -418,8 +423,10 @@ def _splits(release: Release, ids: list[str]) -> dict[str, int]:
 
 
 def write_outputs(output_dir: Path, evaluations: list[dict[str, Any]],
-                  summary: Mapping[str, Any]) -> dict[str, Path]:
-    """Write the evaluations and the four summaries, each file replaced atomically."""
+                  summary: Mapping[str, Any], *,
+                  harness: Mapping[str, Any] | None = None) -> dict[str, Path]:
+    """Write the evaluations and the four summaries, each file replaced atomically; and, when
+    given (PQID-Bench's contract), the harness report in the reference's JSON and Markdown."""
     output_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     lines = b"".join(json.dumps(ev, sort_keys=True, ensure_ascii=False).encode() + b"\n"
@@ -431,4 +438,8 @@ def write_outputs(output_dir: Path, evaluations: list[dict[str, Any]],
         path = output_dir / name
         atomic_write_bytes(path, render_summary(summary, fmt).encode())
         files[fmt] = path
+    if harness is not None:
+        from engine.harness_report import write_report
+
+        files.update(write_report(output_dir, harness))
     return files

@@ -31,7 +31,7 @@ from engine.docker_runner import EvaluationItem, EvaluatorConfig, EvaluatorRunne
 from engine.environment import release_environment
 from engine.errors import InputError, ReleaseError, UsageError
 from engine.evaluations import infrastructure_evaluation, md_table, table
-from engine.release import FrozenRow, Release, load_release
+from engine.release import CONTRACT_PQID_BENCH, FrozenRow, Release, load_release
 from engine.replay import (
     ResponseLine,
     environment_record,
@@ -388,7 +388,14 @@ def rescore(release: Release | Path | str, *,
                                   "scoring_s": round(scored - image_ready, 3)})
     result = RescoreResult(report, evaluations, outcome=outcome)
     if output_dir is not None:
-        result.files = write_outputs(output_dir, report, evaluations)
+        harness: dict[str, dict[str, Any]] | None = None
+        if release.contract == CONTRACT_PQID_BENCH:
+            from engine.harness_report import build_report as build_harness_report
+
+            harness = {rs.label: build_harness_report(evaluations[rs.label], release,
+                                                      responses=rs.responses_path)
+                       for rs in sets}
+        result.files = write_outputs(output_dir, report, evaluations, harness=harness)
     return result
 
 
@@ -547,8 +554,11 @@ def render(report: Mapping[str, Any], fmt: str) -> str:
 
 
 def write_outputs(output_dir: Path, report: Mapping[str, Any],
-                  evaluations: Mapping[str, list[dict[str, Any]]]) -> dict[str, Path]:
-    """The report in three formats and each model's canonical evaluations, replaced atomically."""
+                  evaluations: Mapping[str, list[dict[str, Any]]], *,
+                  harness: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Path]:
+    """The report in three formats and each model's canonical evaluations, replaced atomically;
+    with `harness` (PQID-Bench's contract), each model's harness report in the reference's
+    JSON and Markdown, in `evaluations/<model>/` as the study lays them out."""
     (output_dir / EVALUATIONS_DIR).mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     for fmt, name in OUTPUT_FILES.items():
@@ -560,4 +570,11 @@ def write_outputs(output_dir: Path, report: Mapping[str, Any],
         atomic_write_bytes(path, b"".join(
             json.dumps(c, sort_keys=True, ensure_ascii=False).encode() + b"\n" for c in cells))
         files[f"evaluations:{label}"] = path
+    if harness:
+        from engine.harness_report import write_report
+
+        for label, harness_report in harness.items():
+            for key, path in write_report(output_dir / EVALUATIONS_DIR / label,
+                                          harness_report).items():
+                files[f"{key}:{label}"] = path
     return files
