@@ -9,8 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+# "saving": answered (its request slot is free again), its evidence being written; "success"
+# or "error" follows once that is durable. A prompt is "in_flight" only while its request is
+# outstanding, so never more prompts are in flight than the concurrency allows.
 PromptState: TypeAlias = Literal[
-    "pending", "in_flight", "retrying", "success", "error", "uncertain", "skipped"
+    "pending", "in_flight", "saving", "retrying", "success", "error", "uncertain", "skipped"
 ]
 
 

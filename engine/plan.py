@@ -9,7 +9,7 @@ from typing import Any
 from engine import __version__
 from engine.adapters import adapter_for
 from engine.config import LiveRunConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, ResumeRefused
 from engine.prices import estimate_tokens, load_prices, plan_cost
 from engine.release import Prompt, Release, load_release
 from engine.routes import Route, resolve_route
@@ -65,6 +65,13 @@ class Plan:
                 "prompt_ids_filter": list(c.prompt_ids) if c.prompt_ids else None,
                 "count": len(self.prompts), "prompt_ids_sha256": self.prompt_ids_sha256}
 
+    def identity(self) -> dict[str, Any]:
+        """The fields of a run manifest that make a run directory one contract."""
+        return {"release": release_dict(self.release), "route": self.route_dict(),
+                "model": self.config.model, "selection": self.selection_dict(),
+                "request_set_sha256": self.request_set_sha256,
+                "generation_contract": self.contract}
+
     def cost_estimate(self) -> dict[str, Any]:
         if self.route.adapter == "oracle":
             return {"usd_low": 0.0, "usd_high": 0.0, "price": "oracle: no provider"}
@@ -91,7 +98,10 @@ class Plan:
             "generation_contract": self.contract,
             "generation_contract_preset": c.generation_contract,
             **study_plan_dict(self),
-            "credential": ("none (--no-auth)" if c.no_auth or not self.route.needs_credential
+            "credential": ("none (--no-auth)" if c.no_auth and self.route.needs_credential
+                           else "none: the oracle answers in-process"
+                           if self.route.adapter == "oracle"
+                           else "none: this route needs no key" if not self.route.needs_credential
                            else "read when the run starts: --api-key-file, then "
                            f"${self.route.credential_env}, then the OS keyring"
                            if self.route.credential_env else
@@ -185,9 +195,62 @@ def build_plan(config: LiveRunConfig, release: Release | None = None) -> Plan:
     return Plan(config, release, route, contract, prompts, tuple(requests))
 
 
+def check_resumable(plan: Plan) -> bool:
+    """The output directory's refusals, read-only: ResumeRefused when the run would refuse it.
+    True when the run would resume a run there, False when it would create one."""
+    from engine.records import RunDir, check_same_contract
+
+    c = plan.config
+    if c.output_dir is None:
+        raise ConfigError("--output-dir is required for a run")
+    run_dir = RunDir(c.output_dir)
+    if run_dir.is_nonempty() and not c.resume:
+        raise ResumeRefused(f"{run_dir.path} is not empty: pass --resume to continue "
+                            "the run there, or choose a new --output-dir")
+    resuming = c.resume and run_dir.manifest_path.exists()
+    if c.resume and run_dir.is_nonempty() and not resuming:
+        raise ResumeRefused(f"{run_dir.path}: not a run directory (no run-manifest.json)")
+    if resuming:
+        check_same_contract(run_dir.read_manifest(), plan.identity())
+        run_dir.reconcile(plan.prompt_ids, repair=False)  # corrupt files: refuse now
+    return bool(resuming)
+
+
+def output_outcome(plan: Plan) -> dict[str, Any]:
+    """What the run would do with its output directory, refusals included; reads, never
+    writes (an interrupted append is not repaired here)."""
+    from engine.records import RunDir
+
+    c = plan.config
+    if c.output_dir is None:
+        return {"action": "none", "detail": "no --output-dir given: a run needs one"}
+    try:
+        resuming = check_resumable(plan)
+    except ResumeRefused as exc:
+        return {"action": "refused", "reason": str(exc)}
+    if not resuming:
+        count = len(plan.requests)
+        return {"action": "create",
+                "would_send": count if c.max_new is None else min(count, c.max_new)}
+    rec = RunDir(c.output_dir).reconcile(plan.prompt_ids, repair=False)
+    states = {s: len(rec.by_state(s)) for s in ("success", "error", "pending", "uncertain")}
+    if states["uncertain"] and not c.retry_uncertain:
+        return {"action": "refused", "states": states, "reason": (
+            f"{states['uncertain']} prompt(s) were in flight when an earlier run stopped; "
+            "the provider may have answered them. Pass --retry-uncertain to send them again "
+            "(a possible extra paid draw)")}
+    send = states["pending"] + (states["error"] if c.retry_errors else 0) + (
+        states["uncertain"] if c.retry_uncertain else 0)
+    return {"action": "resume", "states": states,
+            "would_send": send if c.max_new is None else min(send, c.max_new)}
+
+
 def plan_live_model_run(config: LiveRunConfig) -> dict[str, Any]:
-    """The dry-run plan as a dict: no credential read, no file written, no connection."""
-    return build_plan(config).to_dict()
+    """The dry-run plan as a dict: no credential read, no file written, no connection.
+    `output` says what the run would do with its directory (`action` "refused": the run
+    would refuse it, with the reason)."""
+    plan = build_plan(config)
+    return dict(plan.to_dict(), output=output_outcome(plan))
 
 
 def environment_dict() -> dict[str, str]:

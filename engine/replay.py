@@ -241,14 +241,17 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
         raise UsageError("--timeout-seconds must be positive")
     release = load_release(Path(release_dir), allow_modified=allow_modified_release)
     responses_path = Path(responses_path)
-    responses = read_responses(responses_path, release)
-    if not responses:
+    sibling = _sibling_selection(responses_path, release)
+    # A run whose every prompt failed wrote no responses file: each selected prompt is then
+    # scored no_response, like any prompt without a line.
+    responses = ([] if sibling and not responses_path.exists()
+                 else read_responses(responses_path, release))
+    if not responses and not sibling:
         raise InputError(f"{responses_path}: holds no response lines; nothing to evaluate")
     output_dir = Path(output_dir)
     check_output_dir(output_dir, overwrite=overwrite)
 
     by_response = {r.prompt_id: r for r in responses}
-    sibling = _sibling_selection(responses_path, release)
     wanted = set(by_response) | set(sibling or ())
     order = [p.prompt_id for p in release.prompts if p.prompt_id in wanted]
     position = {pid: i for i, pid in enumerate(order)}
@@ -328,7 +331,9 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
         "release": {"name": release.name, "version": release.version,
                     "digest": release.digest, "modified": release.modified},
         "responses": str(responses_path),
-        "responses_sha256": hashlib.sha256(responses_path.read_bytes()).hexdigest(),
+        # No responses file (no prompt answered) hashes as the empty file it stands for.
+        "responses_sha256": hashlib.sha256(responses_path.read_bytes() if responses
+                                           else b"").hexdigest(),
         "selection": {
             "source": RUN_MANIFEST if sibling is not None else "responses",
             "splits": _splits(release, order),

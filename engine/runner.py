@@ -35,7 +35,14 @@ from engine.http import NetworkSender, Sender, SendFailed, SendTimeout, Transpor
 from engine.journal import Group, Journal
 from engine.model_identity import check_model
 from engine.oracle import OracleTransport
-from engine.plan import Plan, PlannedRequest, build_plan, environment_dict, release_dict
+from engine.plan import (
+    Plan,
+    PlannedRequest,
+    build_plan,
+    check_resumable,
+    environment_dict,
+    release_dict,
+)
 from engine.prices import PriceTable, load_prices, spent
 from engine.records import (
     ERROR,
@@ -46,7 +53,6 @@ from engine.records import (
     PromptStatus,
     Reconciled,
     RunDir,
-    check_same_contract,
     utc_now,
 )
 from evaluator.extract import extract_code
@@ -69,6 +75,7 @@ class RunControl:
     def __init__(self) -> None:
         self._running = asyncio.Event()
         self._running.set()
+        self._stopping = asyncio.Event()
         self.stopped = False
 
     def pause(self) -> None:
@@ -80,6 +87,16 @@ class RunControl:
     def stop(self) -> None:
         self.stopped = True
         self._running.set()
+        self._stopping.set()
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds`, or until the run is stopped if that comes first (a backoff of a
+        minute must not hold a stop up)."""
+        if self.stopped or seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
 
     @property
     def paused(self) -> bool:
@@ -202,18 +219,10 @@ class LiveRun:
             raise ConfigError(
                 "sending prompts to a provider needs --acknowledge-third-party-prompt-export "
                 "(the provider's retention, policy, quota and billing terms apply)")
-        if self.run_dir.is_nonempty() and not c.resume:
-            raise ResumeRefused(f"{self.run_dir.path} is not empty: pass --resume to continue "
-                                "the run there, or choose a new --output-dir")
-        resuming = c.resume and self.run_dir.manifest_path.exists()
-        if c.resume and self.run_dir.is_nonempty() and not resuming:
-            raise ResumeRefused(f"{self.run_dir.path}: not a run directory (no run-manifest.json)")
-        if resuming:
-            existing = self.run_dir.read_manifest()
-            check_same_contract(existing, build_manifest(plan, "unchecked"))
-            self.run_dir.reconcile(plan.prompt_ids, repair=False)  # corrupt files: refuse now
-            if not c.batch_api:
-                refuse_live_resume_of_open_batch(self.run_dir)
+        # The same refusals as the dry run's plan (engine.plan), read-only.
+        resuming = check_resumable(plan)
+        if resuming and not c.batch_api:
+            refuse_live_resume_of_open_batch(self.run_dir)
         self.credential = resolve_credential(plan.route, c.api_key_file, no_auth=c.no_auth,
                                              env=self.env)
         requests = [request_record(r) for r in plan.requests]
@@ -386,6 +395,9 @@ class LiveRun:
             ticket = await self.governor.acquire()
             if self._halted():
                 self.governor.failed()
+                if retries:  # it was shown retrying: it is left pending, for a resume
+                    self._emit(PromptStateChanged(req.prompt_id, "pending", attempt,
+                                                  status.last_error))
                 return
             attempt += 1
             record = self._in_flight_record(req, attempt)
@@ -426,27 +438,34 @@ class LiveRun:
             if give_up:
                 group.replace(*self.run_dir.record_bytes(
                     dict(record, state=ERROR, last_error=status.last_error)))
+                self._emit_attempt_error(req, attempt, error, decision)
+                # Answered (its slot is free), the error not yet durable: "saving", not in flight.
+                self._emit(PromptStateChanged(req.prompt_id, "saving", attempt,
+                                              status.last_error))
                 self._live_journal.commit_later(group, functools.partial(
                     self._settled, status, "error",
                     PromptStateChanged(req.prompt_id, "error", attempt, status.last_error)))
-                self._emit_attempt_error(req, attempt, error, decision)
                 if self.config.stop_on_error:
                     self._stop_new = True
                 return
             group.replace(*self.run_dir.record_bytes(
                 dict(record, state=RETRY_WAIT, last_error=status.last_error)))
+            # The answer is in and the slot is free: the prompt is no longer in flight.
+            self._emit_attempt_error(req, attempt, error, decision)
+            self._emit(PromptStateChanged(req.prompt_id, "retrying", attempt, status.last_error,
+                                          time.time() + delay))
             try:
                 # The next attempt's in_flight record must not overtake this one.
                 await self._live_journal.commit_later(group)
             except OSError:
                 return
             status.state = "pending"
-            self._emit_attempt_error(req, attempt, error, decision)
-            self._emit(PromptStateChanged(req.prompt_id, "retrying", attempt, status.last_error,
-                                          time.time() + delay))
             retries += 1
-            await asyncio.sleep(delay)
+            await self.control.sleep(delay)
             if self.control.stopped:
+                # No next try will come: the prompt is pending again, as its record says.
+                self._emit(PromptStateChanged(req.prompt_id, "pending", attempt,
+                                              status.last_error))
                 return
 
     def _settled(self, status: PromptStatus, state: str, event: Event) -> None:
@@ -564,10 +583,10 @@ class LiveRun:
             if self._reconciled is not None:
                 settled = self._reconciled.statuses[req.prompt_id]
                 settled.state, settled.last_error = "success", None
-            self._emit(AttemptFinished(req.prompt_id, attempt, status, info["latency_ms"], None,
-                                       "success", reply.usage))
             self._emit(PromptStateChanged(req.prompt_id, "success", attempt, note=note))
 
+        self._emit(AttemptFinished(req.prompt_id, attempt, status, info["latency_ms"], None,
+                                   "success", reply.usage))
         if self.journal is None:
             # The batch path writes as it goes (its raw body is written already).
             self.run_dir.append_response(response)
@@ -583,6 +602,8 @@ class LiveRun:
         group.append(self.run_dir.responses_path, RunDir.line_bytes(response))
         group.append(self.run_dir.attempts_path, RunDir.line_bytes(attempt_line))
         group.replace(*self.run_dir.record_bytes(record))
+        # The answer is in and its slot free; "success" follows once its evidence is durable.
+        self._emit(PromptStateChanged(req.prompt_id, "saving", attempt, note=note))
         self.journal.commit_later(group, durable)
 
     # -- summary -------------------------------------------------------------------------------

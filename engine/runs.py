@@ -33,7 +33,8 @@ from engine.runner import LiveRun, RunControl, RunResult, response_note
 from engine.storage import canonical_json, sha256_hex
 
 EVALUATIONS_FILE = "evaluation/pqid_bench_canonical_evaluations.jsonl"
-STATES = ("pending", "in_flight", "retrying", "success", "error", "uncertain", "skipped")
+STATES = ("pending", "in_flight", "saving", "retrying", "success", "error", "uncertain",
+          "skipped")
 QUEUE_STATES = ("retrying", "error", "uncertain")
 
 
@@ -305,7 +306,8 @@ def in_retry_queue(row: PromptRow) -> bool:
     A prompt stays in the queue through its retries until it succeeds, so a queue that is
     redrawn often does not churn as prompts go from waiting to in flight and back.
     """
-    return row.state in QUEUE_STATES or (row.state == "in_flight" and row.error is not None)
+    return row.state in QUEUE_STATES or (row.state in ("in_flight", "saving")
+                                         and row.error is not None)
 
 
 @dataclass
@@ -349,7 +351,8 @@ class RunProgress:
         if row.state != state:
             self.counts[row.state] -= 1
             self.counts[state] += 1
-            if state in ("success", "error") and row.state in ("in_flight", "retrying"):
+            if state in ("success", "error") and row.state in ("in_flight", "saving",
+                                                                 "retrying"):
                 self.finished_prompts += 1
         row.state, row.attempt = state, attempt
         row.error = error if error is not None or state in ("success", "pending") else row.error

@@ -13,7 +13,10 @@ Under the PQID-Bench contract (a request with ``"contract"`` naming it) the chil
 contract's namespace instead, with registers of the widths the request gives (``"registers"``:
 4 and 4 for the strict run, the target's for the recovery run), and hands back every circuit
 of the namespace with its name (status ``"circuits"``, one QPY payload holding them in that
-order); which one counts is decided by the grader.
+order); which one counts is decided by the grader. Before any of the code runs, such a child
+also says on a pipe of its own, closed before the code starts, whether a run in another
+context would fail or build the same (the code did not compile, or it is context-free:
+`pqid_bench.context_free`); the reply carries it as ``"same_in_any_context"``.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ SNIPPET_FILE = "snippet.py"
 # Name prefix of the executor's working root in the temporary directory.
 WORK_PREFIX = "pqid-executor-"
 _RESULT_FD = 3
+# Where the child says, before the code runs, whether another context could change the run.
+_CONTEXT_FD = 4
 _STATUS_LIMIT = 1 << 16
 _CHUNK = 1 << 16
 _TAIL = 4096
@@ -253,6 +258,7 @@ def _child(
     res_w: int,
     nproc: int,
     rules: Rules,
+    context_w: int,
 ) -> None:
     """Run one snippet inside the forked child; never returns."""
     # Bound now: the snippet may replace module attributes before these are needed.
@@ -272,8 +278,10 @@ def _child(
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.dup2(res_w, _RESULT_FD)
-        # Nothing but stdio and the result pipe stays open: no protocol pipes, no stray files.
-        os.closerange(_RESULT_FD + 1, max(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1024))
+        # Last: the pipes were made in order, so this one's end has the highest number.
+        os.dup2(context_w, _CONTEXT_FD)
+        # Nothing but stdio and the result pipes stays open: no protocol pipes, no stray files.
+        os.closerange(_CONTEXT_FD + 1, max(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1024))
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(signum, signal.SIG_DFL)
         # Writing past RLIMIT_FSIZE should fail with an error, not kill the snippet silently.
@@ -307,7 +315,7 @@ def _child(
             return isinstance(value, QuantumCircuit)
 
         if rules.under_pqid_bench:
-            circuits = _run_pqid_bench(code, rules, namespace, status, is_circuit)
+            circuits = _run_pqid_bench(code, rules, namespace, status, is_circuit, write_all)
             if getpid() != own_pid:
                 exit_(0)
             qpy_bytes = b""
@@ -324,6 +332,7 @@ def _child(
             status["phase"] = "done"
             write_all(_RESULT_FD, frame(encode(status)) + frame(qpy_bytes))
             return
+        os.close(_CONTEXT_FD)
         path = os.path.join(workdir, SNIPPET_FILE)
         with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
             handle.write(code)
@@ -396,16 +405,30 @@ def _run_pqid_bench(
     namespace: dict[str, Any],
     status: dict[str, Any],
     is_circuit: Any,
+    write_all: Any,
 ) -> list[Any]:
-    """Run a snippet under the PQID-Bench contract; return its circuits (names in status)."""
+    """Run a snippet under the PQID-Bench contract; return its circuits (names in status).
+
+    Before the code runs, the context pipe gets whether a run in any other context would end
+    the same: true when the code does not compile (that depends on the code alone) or is
+    context-free; nothing (the pipe just closes) when compiling failed otherwise.
+    """
     status["phase"] = "compile"
-    compiled = compile(
-        code,
-        pqid_bench.SOURCE_NAME,
-        "exec",
-        flags=pqid_bench.COMPILE_FLAGS,
-        dont_inherit=True,
-    )
+    try:
+        compiled = compile(
+            code,
+            pqid_bench.SOURCE_NAME,
+            "exec",
+            flags=pqid_bench.COMPILE_FLAGS,
+            dont_inherit=True,
+        )
+    except (SyntaxError, ValueError):
+        _tell_context(write_all, True)
+        raise
+    except BaseException:
+        os.close(_CONTEXT_FD)
+        raise
+    _tell_context(write_all, pqid_bench.context_free(code))
     namespace.update(pqid_bench.build_namespace(*rules.registers))
     status["phase"] = "exec"
     started = time.perf_counter()
@@ -416,6 +439,14 @@ def _run_pqid_bench(
     status["circuits"] = [name for name, _ in found]
     status["circuit_source"] = "module_level" if found else None
     return [circuit for _, circuit in found]
+
+
+def _tell_context(write_all: Any, same: bool) -> None:
+    """Say on the context pipe whether another context would change the run, then close it."""
+    try:
+        write_all(_CONTEXT_FD, b"1" if same else b"0")
+    finally:
+        os.close(_CONTEXT_FD)
 
 
 def _snippet_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
@@ -521,7 +552,7 @@ class Executor:
         # Root ignores RLIMIT_NPROC; for anyone else it counts every task of the uid.
         nproc = limits.processes + (self.uid and _uid_tasks(self.uid))
         workdir = tempfile.mkdtemp(prefix="snippet-", dir=self._working_root())
-        pipes = [os.pipe() for _ in range(3)]
+        pipes = [os.pipe() for _ in range(4)]
         started = time.monotonic()
         try:
             pid = os.fork()
@@ -542,11 +573,18 @@ class Executor:
                 pipes[2][1],
                 nproc,
                 rules,
+                pipes[3][1],
             )
         for _, write_end in pipes:
             os.close(write_end)
         try:
-            return self._watch(pid, [r for r, _ in pipes], limits, started)
+            reply, payload = self._watch(pid, [r for r, _ in pipes[:3]], limits, started)
+            told = bytearray()
+            # Written before the code ran (one byte, far below a pipe's capacity) and closed.
+            _set_nonblocking(pipes[3][0])
+            _drain(pipes[3][0], told, 16)
+            reply["same_in_any_context"] = rules.under_pqid_bench and bytes(told) == b"1"
+            return reply, payload
         finally:
             for read_end, _ in pipes:
                 os.close(read_end)

@@ -31,7 +31,11 @@ the PQID-Bench contract also the recovery run's (`recovery_child_ms`, `recovery_
 Every item of a job is scored under the config's scoring contract (`evaluator.contracts`;
 the project's own when the config names none); an unknown contract is a protocol error. Under
 the PQID-Bench contract each response with code runs twice, each time in a fresh child: the
-strict standalone run (the verdict) and the target-context recovery run (a diagnostic).
+strict standalone run (the verdict) and the target-context recovery run (a diagnostic);
+except when the executor said, before the strict run's code started, that another context
+cannot change it (it did not compile, or it never reads a name the contexts differ in) and
+the strict run ended cleanly and well within its time: then the recovery verdict is the
+strict run's circuits chosen by the recovery rule (per item `recovery_reused` in `timing`).
 
 A malformed input line yields ``{"type": "fatal", "message": "..."}`` and exit status 2.
 """
@@ -89,6 +93,10 @@ _WORKER_ENV = {
     # Never read ~/.qiskit/settings.conf: nothing a snippet wrote may configure a worker.
     "QISKIT_IGNORE_USER_SETTINGS": "TRUE",
 }
+# How a run ends that a second run might not end the same way: never repeated by reuse.
+_NOT_REPEATABLE = frozenset(
+    {"Timeout", "Killed", "EvaluatorError", "SnippetExit", "MemoryError", "RecursionError"}
+)
 # Items started and not yet reported: how far the executor may run ahead of the grader.
 _MAX_IN_PROGRESS = 8
 # Circuits waiting for the grader may hold at most this much QPY before snippets wait too.
@@ -456,6 +464,8 @@ class _Run:
     child_pid: int | None = None
     child_ms: float | None = None
     exec_ms: float | None = None
+    # The executor's word, given before the code ran, that no other context changes this run.
+    same_in_any_context: bool = False
 
 
 @dataclass
@@ -470,7 +480,7 @@ class _Pending:
     started: float
     common: dict[str, Any]
     run: _Run = field(default_factory=_Run)
-    recovery: _Run | None = None  # the PQID-Bench target-context run
+    recovery: _Run | None = None  # the PQID-Bench target-context run (may be `run` itself)
     choice: pqid_bench.CodeChoice | None = None  # the PQID-Bench code channel's verdict
     outputs: dict[str, Any] = field(default_factory=dict)
     evaluation: dict[str, Any] | None = None
@@ -485,6 +495,8 @@ class _Pending:
         """What the grader is sent: the circuit's QPY (each run's, one after the other)."""
         if self.recovery is None:
             return self.run.qpy
+        if self.recovery is self.run:
+            return self.run.qpy  # graded once more under the recovery rule, not sent twice
         return self.run.qpy + self.recovery.qpy
 
     def finish(self, **values: Any) -> dict[str, Any]:
@@ -779,12 +791,23 @@ class Supervisor:
         request: dict[str, Any]
         if pending.recovery is not None:
             runs = [
-                {"mode": mode, "names": run.circuit_names, "size": len(run.qpy)}
-                for mode, run in (
-                    (pqid_bench.STRICT_MODE, pending.run),
-                    (pqid_bench.RECOVERY_MODE, pending.recovery),
-                )
+                {
+                    "mode": pqid_bench.STRICT_MODE,
+                    "names": pending.run.circuit_names,
+                    "size": len(pending.run.qpy),
+                }
             ]
+            if pending.recovery is pending.run:
+                # The same circuits, chosen again under the recovery rule.
+                runs.append({"mode": pqid_bench.RECOVERY_MODE, "same_as": 0})
+            else:
+                runs.append(
+                    {
+                        "mode": pqid_bench.RECOVERY_MODE,
+                        "names": pending.recovery.circuit_names,
+                        "size": len(pending.recovery.qpy),
+                    }
+                )
             request = {
                 "prompt_id": pending.item.prompt_id,
                 "contract": CONTRACT_PQID_BENCH,
@@ -1013,6 +1036,9 @@ class Supervisor:
         runs: list[_Run] = []
         killed = 0
         for context in contexts:
+            if runs and self._recovery_is_strict(runs[0], killed):
+                runs.append(runs[0])
+                break
             widths = pqid_bench.register_widths(context)
             rules = {"contract": CONTRACT_PQID_BENCH, "registers": list(widths)}
             run = self._execute(choice.code, None, rules)
@@ -1021,11 +1047,13 @@ class Supervisor:
                 self._clear_scratch()
             runs.append(run)
         pending.run, pending.recovery = runs
+        reused = runs[1] is runs[0]
         pending.timing.update(
             child_ms=runs[0].child_ms,
             snippet_ms=runs[0].exec_ms,
-            recovery_child_ms=runs[1].child_ms,
-            recovery_snippet_ms=runs[1].exec_ms,
+            recovery_child_ms=None if reused else runs[1].child_ms,
+            recovery_snippet_ms=None if reused else runs[1].exec_ms,
+            recovery_reused=reused,
         )
         strict = pending.run
         pending.outputs = {
@@ -1042,6 +1070,24 @@ class Supervisor:
                 _pqid_verdict(runs[1], None, None, None),
             )
         return pending
+
+    def _recovery_is_strict(self, strict: _Run, killed: int) -> bool:
+        """Whether the recovery run would only repeat the strict run.
+
+        Only on the executor's word, given before the code ran, that the code did not compile
+        or is context-free; and only for a run that ended cleanly (its own success or its own
+        exception), left no process behind, and took under a quarter of its time limit, so
+        that neither a limit nor a stray process could have made a second run end otherwise.
+        Any doubt: the recovery run goes ahead.
+        """
+        return (
+            strict.same_in_any_context
+            and not strict.timed_out
+            and strict.error_type not in _NOT_REPEATABLE
+            and killed == 0
+            and strict.child_ms is not None
+            and strict.child_ms < self.config.timeout_seconds * 250
+        )
 
     def _finish_pqid(
         self, pending: _Pending, strict: dict[str, Any], recovery: dict[str, Any] | None
@@ -1138,6 +1184,7 @@ def _interpret(header: dict[str, Any], payload: bytes) -> _Run:
         stderr_truncated=_count(header.get("stderr_total")) > len(stderr.encode()),
         child_pid=child_pid if isinstance(child_pid, int) else None,
         child_ms=_milliseconds(header.get("wall_ms")),
+        same_in_any_context=header.get("same_in_any_context") is True,
     )
     if header.get("executor_error"):
         run.error = short_error("EvaluatorError", str(header["executor_error"]))

@@ -24,6 +24,7 @@ from engine.runner import RunControl, RunResult
 from engine.runs import RunProgress, resend_async
 from pqid_tui.messages import RunEnded, RunLaunched
 from pqid_tui.screens.replay_service import ReplayService, default_replay_service
+from pqid_tui.settings import Settings
 from pqid_tui.textsafe import escape_controls
 
 DARK, LIGHT = "textual-dark", "textual-light"
@@ -58,8 +59,17 @@ class PqidApp(App[int]):
                  replay_service: ReplayService | None = None,
                  env: Mapping[str, str] | None = None,
                  clock: Callable[[], float] = time.time,
-                 flush_interval: float = 0.1) -> None:
+                 flush_interval: float = 0.1,
+                 base_image: str | None = None, wheelhouse: str | None = None,
+                 settings_path: Path | None = None) -> None:
         super().__init__()
+        # Remembered choices: a file for the CLI's app, memory only for a test's.
+        self.settings = Settings(settings_path)
+        # The Replay screen's image inputs for this session: the command line's, else the
+        # last ones used; the screen writes back what the user types.
+        self.replay_image: dict[str, str] = {
+            "base_image": base_image or self.settings.get("base_image") or "",
+            "wheelhouse": wheelhouse or self.settings.get("wheelhouse") or ""}
         self.release_dir = Path(release_dir)
         self.runs_dir = Path(runs_dir)
         self.transport = transport
@@ -170,7 +180,7 @@ class PqidApp(App[int]):
     def on_mount(self) -> None:
         from pqid_tui.screens.home import HomeScreen
 
-        self.theme = DARK
+        self.theme = LIGHT if self.settings.get("theme") == LIGHT else DARK
         self.push_screen(HomeScreen())
 
     def action_help(self) -> None:
@@ -183,6 +193,7 @@ class PqidApp(App[int]):
 
     def action_toggle_theme(self) -> None:
         self.theme = LIGHT if self.theme == DARK else DARK
+        self.settings.set("theme", self.theme)
 
     def open_screen(self, name: str, **kw: Any) -> None:
         """Push one of the main screens by name (the palette and the home screen use this)."""
@@ -199,18 +210,24 @@ class PqidApp(App[int]):
             self.push_screen(ReplayScreen(**kw))
         elif name == "monitor":
             run_dir = Path(kw["run_dir"])
+            resume = bool(kw.get("resume"))
             progress = self.run_progress
-            live = (progress is not None and self.run_config is not None
-                    and Path(str(self.run_config.output_dir)) == run_dir)
-            if live and progress is not None:
-                self.push_screen(MonitorScreen(run_dir, progress, live=self.run_active))
+            if self.running_run() == run_dir and progress is not None:
+                self.push_screen(MonitorScreen(run_dir, progress, live=True, resume=resume))
             else:
+                # Not running here (any more): what its directory says now, every prompt.
                 try:
                     progress = RunProgress.from_run_dir(run_dir, clock=self.clock)
                 except PqidError as exc:
                     self.notify(describe_error(exc), severity="error", markup=False)
                     return
-                self.push_screen(MonitorScreen(run_dir, progress, live=False))
+                self.push_screen(MonitorScreen(run_dir, progress, live=False, resume=resume))
+
+    def running_run(self) -> Path | None:
+        """The directory of the run in progress in this session, if one is."""
+        if not self.run_active or self.run_config is None:
+            return None
+        return Path(str(self.run_config.output_dir))
 
     def go_home(self) -> None:
         from pqid_tui.screens.home import HomeScreen
@@ -221,7 +238,9 @@ class PqidApp(App[int]):
             self.screen.refresh_runs()
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        # Textual's own "Theme" picker is left out: the app has two themes, one toggle.
+        yield from (c for c in super().get_system_commands(screen)
+                    if c.callback != self.action_change_theme)
         yield SystemCommand("home: go home", "Back to the release and the list of runs",
                             self.go_home)
         yield SystemCommand("run: new", "Plan and start a new run", lambda: self.open_screen("new"))
@@ -275,7 +294,9 @@ def make_app(release_dir: Path | str | None = None, runs_dir: Path | str | None 
              replay_service: ReplayService | None = None,
              env: Mapping[str, str] | None = None,
              clock: Callable[[], float] = time.time,
-             flush_interval: float = 0.1) -> PqidApp:
+             flush_interval: float = 0.1,
+             base_image: str | None = None, wheelhouse: str | None = None,
+             settings_path: Path | None = None) -> PqidApp:
     """The app over these engine objects; the CLI and the tests both build it here."""
     if release_dir is None:
         from engine.demo import DEMO_RELEASE_DIR
@@ -283,12 +304,18 @@ def make_app(release_dir: Path | str | None = None, runs_dir: Path | str | None 
         release_dir = DEMO_RELEASE_DIR
     return PqidApp(Path(release_dir), Path(runs_dir) if runs_dir else default_runs_dir(),
                    transport=transport, replay_service=replay_service, env=env, clock=clock,
-                   flush_interval=flush_interval)
+                   flush_interval=flush_interval, base_image=base_image, wheelhouse=wheelhouse,
+                   settings_path=settings_path)
 
 
 def run_app(ns: argparse.Namespace) -> int:
     """Run the app for `pqid-tui [--release-dir R] [--runs-dir D]`; the exit code."""
-    app = make_app(getattr(ns, "release_dir", None), getattr(ns, "runs_dir", None))
+    from pqid_tui.settings import default_settings_path
+
+    app = make_app(getattr(ns, "release_dir", None), getattr(ns, "runs_dir", None),
+                   base_image=getattr(ns, "base_image", None),
+                   wheelhouse=getattr(ns, "wheelhouse", None),
+                   settings_path=default_settings_path())
     result = app.run()
     return int(result or 0)
 

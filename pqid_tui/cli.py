@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -51,6 +52,10 @@ def app_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pqid-tui {__version__}")
     parser.add_argument("--release-dir", help="release directory (default: the bundled demo)")
     parser.add_argument("--runs-dir", help="where runs live (default: the user data directory)")
+    parser.add_argument("--base-image", metavar="IMAGE", help="the Replay screen's base image "
+                        "for the evaluator (default: the last one used, else python:3.11-slim)")
+    parser.add_argument("--wheelhouse", metavar="DIR", help="the Replay screen's offline "
+                        "wheelhouse directory (default: the last one used, else none)")
     return parser
 
 
@@ -83,6 +88,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pqid-tui: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of stdout left (`| head -1`): nothing more to say, and nowhere to say it.
+        # Point stdout at /dev/null so the interpreter's last flush cannot fail again.
+        _quiet_stdout()
+        return 141  # what a shell reports for a process ended by SIGPIPE
+
+
+def _quiet_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

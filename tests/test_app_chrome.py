@@ -81,3 +81,29 @@ def test_run_app_uses_the_cli_namespace(tmp_path: Path, monkeypatch: object) -> 
     assert seen["release"] == release
     assert seen["runs"] == app_module.default_runs_dir()
     assert seen["runs"].name == "runs" and "pqid-tui" in str(seen["runs"])
+
+
+async def test_the_theme_is_remembered_and_offered_once(tmp_path: Path) -> None:
+    """Issue 13: the theme was forgotten; the palette had Textual's "Theme" beside ours."""
+    import json
+
+    release = write_release(tmp_path / "release", count=6)
+    settings = tmp_path / "config" / "settings.json"
+    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService(),
+                   settings_path=settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Theme" not in titles and titles.count("theme: toggle dark/light") == 1
+        assert app.theme == DARK
+        await pilot.press("ctrl+t")
+        assert app.theme == LIGHT
+    assert json.loads(settings.read_text())["theme"] == LIGHT
+    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService(),
+                   settings_path=settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.theme == LIGHT
+    # An app made without a settings file (every test's) writes nothing anywhere.
+    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
+    assert app.settings.path is None

@@ -56,10 +56,57 @@ async def test_every_piece_of_evidence_is_shown_and_escaped(tmp_path: Path) -> N
 
         await pilot.press("x")
         assert app.clipboard.startswith("from qiskit import QuantumCircuit")
+
+
+async def test_copies_are_harmless_to_paste_and_the_request_is_what_was_hashed(
+        tmp_path: Path) -> None:
+    """Issue 13: `o` put the model's raw control sequences on the clipboard (pasting them into
+    a terminal obeys them); `b` copied pretty-printed JSON whose SHA-256 was not the one
+    shown; a raw provider body could not be copied at all."""
+    import hashlib
+
+    from pqid_tui.screens.dialogs import ConfirmScreen
+
+    release = write_release(tmp_path / "release", count=6)
+    runs = tmp_path / "runs"
+    out = await make_run(runs, release, plan={"ghz_00": [503]},
+                         content=lambda pid, code: HOSTILE + f"```python\n{code}```")
+    app = make_app(release, runs, replay_service=FakeReplayService())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.push_screen(PayloadScreen(out, "ghz_00"))
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, PayloadScreen) and screen.detail is not None
+
         await pilot.press("o")
-        assert app.clipboard.startswith("\x1b]52;")  # the exact bytes, for the user's clipboard
-        await pilot.press("b")
-        assert '"model": "demo-model"' in app.clipboard
+        assert "\x1b" not in app.clipboard and "\x07" not in app.clipboard
+        assert app.clipboard.startswith("\\x1b]52;c;") and "[bold]not bold" in app.clipboard
+        assert "control characters are written as" in list(app._notifications)[-1].message
+
+        await pilot.press("b")  # the exact bytes whose SHA-256 the screen shows
+        digest = hashlib.sha256(app.clipboard.encode("utf-8")).hexdigest()
+        assert digest == screen.detail.request_sha256
+        assert "exactly as hashed" in list(app._notifications)[-1].message
+
+        # The raw body of the attempt under the cursor (the 503, then the answer), escaped.
+        await pilot.press("r")
+        assert app.clipboard.startswith('{"error"') and "status 503" in app.clipboard
+        screen.query_one("#attempts", DataTable).move_cursor(row=1)
+        await pilot.press("r")
+        assert '"choices"' in app.clipboard and "\x1b" not in app.clipboard
+        assert "\\u001b]52" in app.clipboard  # JSON's own escape, as stored
+
+        # Its exact bytes only after a confirmation that says what it holds.
+        app.copy_to_clipboard("")
+        screen.action_copy_raw_exactly()
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen) and app.clipboard == ""
+        await pilot.press("y")
+        await pilot.pause()
+        raw = screen.detail.raw_bodies[-1]
+        assert app.clipboard.encode("utf-8") == raw.data
 
 
 async def test_a_prompt_without_response_says_so(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.cells import cell_len
 from textual.geometry import Region
-from textual.widgets import Checkbox, Log, ProgressBar, Static
+from textual.widgets import Checkbox, ProgressBar, Static
 
 from engine.compare import compare
 from engine.release import load_release
@@ -21,6 +21,7 @@ from pqid_tui.screens.replay import ReplayScreen
 from pqid_tui.screens.replay_service import Comparison, EngineReplayService
 from pqid_tui.widgets.bar_chart import BarChart, bar
 from pqid_tui.widgets.sort_table import SortableTable
+from pqid_tui.widgets.wrapping import WrappingLog
 from tests.helpers import prompt_line, write_release
 from tests.test_app_support import SIZE, FakeReplayService, make_run
 
@@ -56,7 +57,7 @@ async def test_build_replay_compare_and_export(tmp_path: Path) -> None:
         await pilot.press("b")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        log = "\n".join(screen.query_one("#log", Log).lines)
+        log = "\n".join(screen.query_one("#log", WrappingLog).texts)
         assert "Step 2/4 : RUN pip install \\x1b[31mqiskit" in log and "\x1b" not in log
         assert "image ready: pqid-evaluator:0123456789abcdef (built)" in log
         assert "present" in str(screen.query_one("#docker-status", Static).render())
@@ -117,6 +118,9 @@ async def test_build_replay_compare_and_export(tmp_path: Path) -> None:
         await pilot.press("x")
         await app.workers.wait_for_complete()
         assert ("export", run, False) in service.calls
+        # The toast says where the files went (issue 13).
+        assert any(n.message == f"Exported pqid_bench_comparison.txt to {run / 'evaluation'}"
+                   for n in app._notifications)
 
         await pilot.press("ctrl+r")  # evaluated now: replacing asks first
         await pilot.pause()
@@ -197,8 +201,12 @@ async def test_an_engine_refusal_is_reported_and_the_app_carries_on(tmp_path: Pa
         assert isinstance(app.screen, ReplayScreen) and app.is_running
         messages = [n.message for n in app._notifications]
         assert any("the candidate is partial" in m and "\\x1b[31m" in m for m in messages)
-        assert "compare_run failed: the candidate is partial" in "\n".join(
-            screen.query_one("#log", Log).lines)
+        # Named for what the user asked, never for a worker or its group.
+        log = "\n".join(screen.query_one("#log", WrappingLog).texts)
+        assert "Compare failed: the candidate is partial" in log
+        titles = [n.title for n in app._notifications]
+        assert "Compare failed" in titles
+        assert not [t for t in [*titles, log] if "replay-" in t or "_run" in t]
     assert app.return_value is None and run.exists()
 
 
@@ -410,3 +418,144 @@ async def test_the_names_stay_in_view_when_the_screen_is_wide_enough(tmp_path: P
             header = drawn(table)[0]
             assert ("row" in header.split()) == bool(pinned)
             assert table.table_columns[-1].label in header  # the last column came into view
+
+
+class LongCountsService(FakeReplayService):
+    """A replay whose summary line is longer than the log is wide."""
+
+    def replay(self, run_dir: Path, release_dir: Path, options: Any, progress: Any, *,
+               acknowledge_code_execution: bool, overwrite: bool) -> dict[str, int]:
+        from engine.events import ReplayFinished
+
+        counts = super().replay(run_dir, release_dir, options, lambda e: None,
+                                acknowledge_code_execution=acknowledge_code_execution,
+                                overwrite=overwrite)
+        progress(ReplayFinished(str(run_dir / "evaluation"), {
+            "execution_error": 12, "gate_count_mismatch": 31, "gate_type_mismatch": 9,
+            "no_circuit": 3, "ok": 154, "syntax_error": 2, "width_mismatch": 4}))
+        return counts
+
+
+async def test_what_the_user_reads_is_never_cut_off(tmp_path: Path) -> None:
+    """Issue 13: the acknowledgement ended mid-sentence; the log cut `ok 154` to `ok 15`."""
+    from pqid_tui.screens.replay import EXECUTION_NOTE
+    from pqid_tui.widgets.wrapping import WrappingLog
+
+    release = write_release(tmp_path / "release", count=6)
+    runs = tmp_path / "runs"
+    await make_run(runs, release, "groq-demo")
+    app = make_app(release, runs, replay_service=LongCountsService())
+    async with app.run_test(size=(80, 40)) as pilot:
+        screen = await open_replay(app, pilot)
+        box = screen.query_one("#acknowledge_execution", Checkbox)
+        drawn_box = " ".join("".join(s.text for s in box.render_line(y)).strip()
+                             for y in range(box.region.height))
+        assert " ".join(drawn_box.split()).endswith(EXECUTION_NOTE.split()[-1])
+        assert "…" not in drawn_box and "tight limits." in drawn_box
+        box.value = True
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        log = screen.query_one("#log", WrappingLog)
+        text = " ".join("".join(s.text for s in line).rstrip() for line in log.lines)
+        assert "ok 154, syntax_error 2, width_mismatch 4" in " ".join(text.split())
+        assert log.virtual_size.width <= log.scrollable_content_region.width
+
+
+async def test_switching_runs_clears_the_last_replays_line(tmp_path: Path) -> None:
+    release = write_release(tmp_path / "release", count=6)
+    runs = tmp_path / "runs"
+    first = await make_run(runs, release, "a-run")
+    second = await make_run(runs, release, "b-run")
+    app = make_app(release, runs, replay_service=FakeReplayService())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_replay(app, pilot)
+        assert screen.run_dir == first
+        screen.query_one("#acknowledge_execution", Checkbox).value = True
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        line = str(screen.query_one("#progress-text", Static).render())
+        assert "replay of a-run finished; outputs in" in line
+        from textual.widgets import Select
+
+        screen.query_one("#run", Select).value = str(second)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert str(screen.query_one("#progress-text", Static).render()).strip() == ""
+        assert not screen.query_one("#progress", ProgressBar).display
+
+
+async def test_base_image_and_wheelhouse_are_remembered(tmp_path: Path) -> None:
+    """Issue 13: forgotten each time the screen opened; no app option set them."""
+    from textual.widgets import Input
+
+    from pqid_tui.cli import app_parser
+
+    ns = app_parser().parse_args(["--base-image", "local/py:3.11", "--wheelhouse", "/w"])
+    assert (ns.base_image, ns.wheelhouse) == ("local/py:3.11", "/w")
+    release = write_release(tmp_path / "release", count=6)
+    runs = tmp_path / "runs"
+    await make_run(runs, release, "groq-demo")
+    settings = tmp_path / "config" / "settings.json"
+    service = FakeReplayService()
+    app = make_app(release, runs, replay_service=service, base_image="local/py:3.11",
+                   settings_path=settings)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_replay(app, pilot)
+        assert screen.query_one("#base_image", Input).value == "local/py:3.11"
+        assert service.calls[0][1].base_image == "local/py:3.11"
+        wheels = screen.query_one("#wheelhouse", Input)
+        wheels.focus()
+        await pilot.press(*"/wheels", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.press("escape")
+        await pilot.pause()
+        screen = await open_replay(app, pilot)  # opened again in the same session
+        assert screen.query_one("#wheelhouse", Input).value == "/wheels"
+        assert screen.query_one("#base_image", Input).value == "local/py:3.11"
+    saved = json.loads(settings.read_text())
+    assert saved["wheelhouse"] == "/wheels" and saved["base_image"] == "local/py:3.11"
+    # The next session starts from the file.
+    app = make_app(release, runs, replay_service=FakeReplayService(), settings_path=settings)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_replay(app, pilot)
+        assert screen.query_one("#wheelhouse", Input).value == "/wheels"
+
+
+class FakeImages:
+    def get(self, name: str) -> Any:
+        from docker.errors import ImageNotFound
+
+        raise ImageNotFound(name)
+
+
+class FakeDockerClient:
+    images = FakeImages()
+
+    def version(self) -> dict[str, str]:
+        return {"Version": "99.1"}
+
+
+def test_a_missing_base_image_is_explained_in_the_apps_words() -> None:
+    from pqid_tui.screens.replay_service import ImageOptions
+
+    status = EngineReplayService(FakeDockerClient()).docker_status(
+        ImageOptions("local/none:1", None, None))
+    assert status.reachable and not status.image_present
+    assert "local/none:1 is not on this Docker Engine: Build image pulls it" in status.detail
+    assert "--build-image" not in status.detail and "--base-image" not in status.detail
+
+
+async def test_a_run_without_one_answer_is_replayed_as_no_response(tmp_path: Path) -> None:
+    """Issue 13: `responses.jsonl: responses file does not exist` for a run whose every
+    prompt failed; each is scored no_response instead (no container is needed for that)."""
+    from engine.replay import replay
+
+    release = write_release(tmp_path / "release", count=3)
+    ids = [p.prompt_id for p in load_release(release).prompts]
+    run = await make_run(tmp_path / "runs", release, plan={pid: [400] for pid in ids})
+    assert not (run / "responses.jsonl").exists()
+    result = replay(release, run / "responses.jsonl", run / "evaluation",
+                    acknowledge_code_execution=True)
+    assert result.summary["categories"].get("no_response") == len(ids)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from engine import make_config, plan_live_model_run
 from engine.errors import ConfigError
-from tests.conftest import cli
+from tests.conftest import ROOT, cli
 from tests.helpers import tree_bytes
 
 
@@ -133,3 +135,53 @@ def test_omit_flags_drop_fields(release_dir: Path) -> None:
     body = plan.requests[0].body
     assert "temperature" not in body and "top_p" not in body
     assert body["max_completion_tokens"] == 2048 and "max_tokens" not in body
+
+
+def _dry(release_dir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return cli("--batch", "run-model", "--release-dir", str(release_dir), "--output-dir",
+               str(out), "--provider", "oracle", "--limit", "3", "--dry-run", *extra)
+
+
+def test_dry_run_says_what_the_run_would_do_with_its_directory(release_dir: Path,
+                                                               tmp_path: Path) -> None:
+    from engine.runner import run_live_model
+
+    out = tmp_path / "runs" / "r"
+    result = _dry(release_dir, out)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["output"] == {"action": "create", "would_send": 3}
+    assert not out.exists()
+
+    run_live_model(make_config(release_dir=release_dir, output_dir=out, provider="oracle",
+                               model="reference", limit=3))
+    before = tree_bytes(out)
+    # Without --resume the real run refuses a non-empty directory: so does its plan.
+    result = _dry(release_dir, out)
+    assert result.returncode == 2, result.stdout
+    assert "is not empty: pass --resume" in result.stderr and "Traceback" not in result.stderr
+    assert json.loads(result.stdout)["output"]["action"] == "refused"
+    # With --resume: nothing left to send.
+    result = _dry(release_dir, out, "--resume")
+    assert result.returncode == 0, result.stderr
+    output = json.loads(result.stdout)["output"]
+    assert output["action"] == "resume" and output["would_send"] == 0
+    assert output["states"] == {"success": 3, "error": 0, "pending": 0, "uncertain": 0}
+    # --resume with another model: refused, as the real run refuses it.
+    result = _dry(release_dir, out, "--resume", "--model", "another")
+    assert result.returncode == 2
+    assert "the model differs" in result.stderr
+    assert tree_bytes(out) == before
+
+
+def test_dry_run_into_a_closed_pipe_ends_quietly(release_dir: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "pqid_tui", "--batch", "run-model",
+                             "--release-dir", str(release_dir), "--provider", "oracle",
+                             "--dry-run"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=ROOT)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # `| head -0`: the reader is gone before the plan is printed
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert proc.returncode == 141

@@ -255,3 +255,53 @@ def test_sending_only_some_prompts_ignores_unrelated_uncertain_ones(release_dir:
     with pytest.raises(ResumeRefused, match="in flight"):
         asyncio.run(resend_async(cfg, {"ghz_02"}, env=ENV,
                                  transport=answering_transport(release_dir)))
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_in_flight_never_exceeds_the_concurrency(release_dir: Path, tmp_path: Path,
+                                                 concurrency: int) -> None:
+    """A prompt whose answer is in (its evidence still being written) is no longer in flight:
+    the events never show more prompts in flight than requests may be outstanding."""
+    from engine.events import Event, PromptStateChanged
+    from engine.runs import RunProgress
+
+    progress = RunProgress()
+    states: dict[str, str] = {}
+    peak = 0
+
+    def on_event(event: Event) -> None:
+        nonlocal peak
+        progress.apply(event)
+        if isinstance(event, PromptStateChanged):
+            states[event.prompt_id] = event.state
+            peak = max(peak, sum(1 for s in states.values() if s == "in_flight"))
+
+    run_live_model(config(release_dir, tmp_path / "run", concurrency=concurrency),
+                   transport=answering_transport(release_dir, {"ghz_02": [503]}),
+                   progress=on_event, env=ENV)
+    assert 1 <= peak <= concurrency
+    assert progress.counts["success"] == 6 and progress.finished_prompts == 6
+    assert set(states.values()) == {"success"}
+
+
+def test_batch_progress_sends_one_at_a_time_at_concurrency_one(release_dir: Path,
+                                                               tmp_path: Path) -> None:
+    from tests.conftest import cli
+
+    result = cli("--batch", "run-model", "--release-dir", str(release_dir), "--provider",
+                 "oracle", "--concurrency", "1", "--limit", "4", "--output-dir",
+                 str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()[1:-1]
+    first_answer = next(i for i, line in enumerate(lines) if "sending" not in line)
+    assert first_answer == 1, lines
+    # Every request start is followed by its answer before the next one starts.
+    assert [("sending" in line) for line in lines[::2]] == [True] * 4, lines
+
+    again = cli("--batch", "run-model", "--release-dir", str(release_dir), "--provider",
+                "oracle", "--limit", "4", "--output-dir", str(tmp_path / "run"), "--resume")
+    assert again.returncode == 0, again.stderr
+    # Resuming a complete run sends nothing, and says so in one line, not one per prompt.
+    assert again.stderr.splitlines()[0].endswith(
+        "4 selected, 0 to send, 4 skipped -> " + str(tmp_path / "run")), again.stderr
+    assert len(again.stderr.splitlines()) == 2, again.stderr

@@ -38,6 +38,10 @@ that can change a verdict is here, in the order a response meets them:
    classical bit makes it ineligible; else the state's norm must be 1 within 1e-9.
 9. Target-context recovery: the same code run again in a fresh namespace whose registers have
    the target's widths, its circuit chosen by closeness to the target; a diagnostic only.
+   The two namespaces differ in nothing but the registers and the parameter objects
+   (`CONTEXT_NAMES`), so code that provably never reads those (`context_free`) would build
+   the same circuits again: its recovery verdict is then the strict run's circuits chosen
+   by the recovery rule, without the second run.
 
 The rules are admissibility, not the security boundary. Here the code runs in the executor's
 forked, limited child, which hands back every candidate (name and QPY) and is trusted with
@@ -53,6 +57,7 @@ import Qiskit when they are called.
 from __future__ import annotations
 import __future__
 
+import ast
 import builtins
 import json
 import math
@@ -80,6 +85,7 @@ __all__ = [
     "build_namespace",
     "candidates",
     "choose",
+    "context_free",
     "evaluation_fields",
     "grade",
     "grader_target",
@@ -236,6 +242,219 @@ def build_namespace(qubits: int, clbits: int) -> dict[str, Any]:
         "gamma": Parameter("gamma"),
         "beta": Parameter("beta"),
     }
+
+
+# -- 9. when the recovery run cannot differ from the strict run ------------------------------
+
+# The names whose values differ between the strict and the recovery namespace: the registers
+# (their widths) and the parameters (fresh objects, each with its own random identity).
+CONTEXT_NAMES = frozenset({"qr", "q", "cr", "c", "theta", "phi", "lam", "gamma", "beta"})
+# Ways to reach a namespace, a frame, the heap or a dynamic lookup without naming a context
+# name: reflective built-ins and modules, frame and function internals, string formatting
+# (which follows attributes and keys), deserializers that call arbitrary callables. Any of
+# them, as a name, an attribute or an imported name, anywhere in the code: not context-free.
+_REFLECTIVE = frozenset(
+    """
+    globals locals vars dir eval exec compile getattr setattr delattr hasattr breakpoint type
+    object super format format_map vformat f_globals f_locals f_back f_builtins f_code
+    tb_frame tb_next gi_frame gi_code cr_frame ag_frame gc inspect sys get_objects
+    get_referrers get_referents currentframe stack trace getouterframes getinnerframes
+    getargvalues getframeinfo getmembers getattr_static attrgetter methodcaller operator
+    builtins modules settrace setprofile exc_info exception traceback frame ctypes weakref
+    pickle marshal copyreg loads load os subprocess importlib import_module reload types
+    functools threading signal code
+    """.split()
+)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _suspicious(identifier: str) -> bool:
+    return identifier.startswith("__") or identifier in _REFLECTIVE
+
+
+def _plain_format(node: ast.Attribute) -> bool:
+    """`"literal".format`, whose fields name only positions or keywords (no `.` or `[`)."""
+    import string
+
+    receiver = node.value
+    if node.attr != "format" or not isinstance(receiver, ast.Constant):
+        return False
+    if not isinstance(receiver.value, str):
+        return False
+    try:
+        fields = list(string.Formatter().parse(receiver.value))
+    except ValueError:
+        return False
+    return all(
+        name is None or (re.fullmatch(r"\w*", name) and "{" not in (spec or ""))
+        for _, name, spec, _ in fields
+    )
+
+
+def _bound_names(target: ast.AST) -> set[str]:
+    """Plain names an assignment target binds (not attributes or subscripts)."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return {name for element in target.elts for name in _bound_names(element)}
+    return set()
+
+
+def _comprehension_parts(node: ast.AST) -> list[ast.AST]:
+    """A comprehension's expressions, without its targets."""
+    parts: list[ast.AST] = []
+    if isinstance(node, ast.DictComp):
+        parts += [node.key, node.value]
+    elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+        parts.append(node.elt)
+    for generator in getattr(node, "generators", []):
+        parts += [generator.iter, *generator.ifs]
+    return parts
+
+
+def _arguments(arguments: ast.arguments) -> list[ast.arg]:
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    return every + [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+
+
+def _function_locals(scope: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    """Names local to a function or lambda: its parameters and every name bound in its body
+    (a comprehension's own targets excepted: they are local to the comprehension)."""
+    found = {a.arg for a in _arguments(scope.args)}
+    body = scope.body if isinstance(scope.body, list) else [scope.body]
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, _COMPREHENSIONS):
+            pending.extend(_comprehension_parts(node))
+            continue
+        if isinstance(node, _SCOPES):
+            if not isinstance(node, ast.Lambda):
+                found.add(node.name)
+            # Defaults and decorators run here; the nested body is another scope.
+            inner = node.args
+            pending.extend([*inner.defaults, *(d for d in inner.kw_defaults if d is not None)])
+            pending.extend(getattr(node, "decorator_list", []))
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            found.add(node.id)
+        elif isinstance(node, ast.alias):
+            found.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            found.add(node.name)
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _first_bindings(module: ast.Module) -> dict[str, int]:
+    """Each name's first top-level statement that binds it whenever it completes."""
+    first: dict[str, int] = {}
+    for index, statement in enumerate(module.body):
+        names: set[str] = set()
+        if isinstance(statement, ast.Assign):
+            names = {n for target in statement.targets for n in _bound_names(target)}
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            names = _bound_names(statement.target)
+        elif isinstance(statement, (ast.Import, ast.ImportFrom)):
+            names = {(a.asname or a.name).split(".")[0] for a in statement.names}
+        elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names = {statement.name}
+        for name in names:
+            first.setdefault(name, index)
+    return first
+
+
+def context_free(code: str) -> bool:
+    """Whether the code provably never reads a value the recovery namespace changes.
+
+    True only when the code parses, contains no class, no `global`/`nonlocal` or `:=` naming
+    a context name and nothing reflective (`_REFLECTIVE`, or any identifier that starts with
+    two underscores), and every use of a context name can only run after the code itself
+    has bound that name: in a function, lambda or comprehension where it is local, inside
+    the body of a module-level `for` loop that assigns it, or in a top-level statement after
+    the first top-level statement that binds it. Once the code has bound a name the
+    preloaded value is gone from the namespace for good. Anything else: False (run both).
+    """
+    try:
+        module = ast.parse(code, SOURCE_NAME, "exec")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    first = _first_bindings(module)
+    # (node, its top-level statement's index, names local to the enclosing scopes, names a
+    # module-level loop around it has assigned, whether it is in module scope)
+    stack: list[tuple[ast.AST, int, frozenset[str], frozenset[str], bool]] = [
+        (statement, index, frozenset(), frozenset(), True)
+        for index, statement in enumerate(module.body)
+    ]
+    while stack:
+        node, index, local, looped, at_module = stack.pop()
+        if isinstance(node, ast.ClassDef):
+            return False
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and CONTEXT_NAMES & set(node.names):
+            return False
+        if isinstance(node, ast.NamedExpr) and _bound_names(node.target) & CONTEXT_NAMES:
+            return False
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            # `q += 1` reads q before it binds it: checked as a read.
+            stack.append((ast.Name(node.target.id, ast.Load()), index, local, looped, at_module))
+        if isinstance(node, ast.Name):
+            if _suspicious(node.id):
+                return False
+            if (
+                node.id in CONTEXT_NAMES
+                and not isinstance(node.ctx, ast.Store)  # binding it reads nothing
+                and node.id not in local
+                and node.id not in looped
+                and not index > first.get(node.id, len(module.body))
+            ):
+                return False
+        elif isinstance(node, ast.Attribute) and _suspicious(node.attr):
+            if not _plain_format(node):
+                return False
+        elif isinstance(node, ast.alias):
+            parts = [*node.name.split("."), *([node.asname] if node.asname else [])]
+            if any(_suspicious(part) for part in parts):
+                return False
+        elif isinstance(node, ast.ImportFrom):
+            if any(_suspicious(part) for part in (node.module or "").split(".")):
+                return False
+        if isinstance(node, _SCOPES):
+            arguments = node.args
+            outer = [*arguments.defaults, *(d for d in arguments.kw_defaults if d is not None)]
+            outer += getattr(node, "decorator_list", [])
+            outer += [a.annotation for a in _arguments(arguments) if a.annotation is not None]
+            returns = getattr(node, "returns", None)
+            if isinstance(returns, ast.expr):
+                outer.append(returns)
+            stack.extend((child, index, local, looped, at_module) for child in outer)
+            inner = local | _function_locals(node)
+            body = node.body if isinstance(node.body, list) else [node.body]
+            stack.extend((child, index, inner, looped, False) for child in body)
+            continue
+        if isinstance(node, _COMPREHENSIONS):
+            generators = node.generators
+            # The first iterable is evaluated outside; targets are local to the comprehension.
+            stack.append((generators[0].iter, index, local, looped, at_module))
+            inner = local | {n for g in generators for n in _bound_names(g.target)}
+            rest: list[ast.AST] = [g.target for g in generators]
+            rest += [g.iter for g in generators[1:]] + [c for g in generators for c in g.ifs]
+            rest += [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+            stack.extend((child, index, inner, looped, False) for child in rest)
+            continue
+        if isinstance(node, (ast.For, ast.AsyncFor)) and at_module:
+            # In module scope the body runs only after the target has been assigned.
+            head = [node.target, node.iter, *node.orelse]
+            stack.extend((child, index, local, looped, at_module) for child in head)
+            inner_loop = looped | _bound_names(node.target)
+            stack.extend((child, index, local, inner_loop, at_module) for child in node.body)
+            continue
+        stack.extend(
+            (child, index, local, looped, at_module) for child in ast.iter_child_nodes(node)
+        )
+    return True
 
 
 # -- 5. the candidates (executor side) and the choice (grader side) ----------------------------
@@ -464,7 +683,9 @@ def grade(request: Mapping[str, Any], data: bytes) -> Iterator[dict[str, Any]]:
     """Grade one item's runs: the choice and the signature first, then assembly and simulation.
 
     `request["runs"]` lists each run's mode, candidate names and payload size, in the order
-    their QPY is concatenated in `data`. Every count comes from the circuits as loaded here.
+    their QPY is concatenated in `data`; a run with `"same_as": i` (an earlier run's index)
+    has that run's candidates, and the checks of a circuit chosen twice are done once. Every
+    count comes from the circuits as loaded here.
     """
     raw_target = request.get("target")
     target: dict[str, Any] = raw_target if isinstance(raw_target, dict) else {}
@@ -472,30 +693,41 @@ def grade(request: Mapping[str, Any], data: bytes) -> Iterator[dict[str, Any]]:
     runs: list[Any] = raw_runs if isinstance(raw_runs, list) else []
     chosen: list[Any] = []
     structures: list[dict[str, Any] | None] = []
+    # Per run: its candidates and their facts, or the structure that reports the failure.
+    loaded: list[tuple[list[Any], list[Facts]] | dict[str, Any] | None] = []
     offset = 0
-    for run in runs:
+    for number, run in enumerate(runs):
         if not isinstance(run, dict):
             chosen.append(None)
             structures.append(None)
+            loaded.append(None)
             continue
-        size = run.get("size")
-        size = size if isinstance(size, int) and not isinstance(size, bool) else 0
-        part = data[offset : offset + size]
-        offset += size
-        names = [str(n) for n in run.get("names") or []]
-        if not names:
+        same = run.get("same_as")
+        if isinstance(same, int) and not isinstance(same, bool) and 0 <= same < number:
+            found = loaded[same]
+        else:
+            size = run.get("size")
+            size = size if isinstance(size, int) and not isinstance(size, bool) else 0
+            part = data[offset : offset + size]
+            offset += size
+            names = [str(n) for n in run.get("names") or []]
+            found = None
+            if names:
+                try:
+                    circuits = _load(part, names)
+                    facts = [_facts(n, c) for n, c in zip(names, circuits, strict=True)]
+                    found = (circuits, facts)
+                except Exception as exc:
+                    found = {
+                        "loaded": False,
+                        "load_error": short_error(type(exc).__name__, str(exc)),
+                    }
+        loaded.append(found)
+        if not isinstance(found, tuple):
             chosen.append(None)
-            structures.append(None)
+            structures.append(None if found is None else dict(found))
             continue
-        try:
-            circuits = _load(part, names)
-            facts = [_facts(name, circuit) for name, circuit in zip(names, circuits, strict=True)]
-        except Exception as exc:
-            chosen.append(None)
-            structures.append(
-                {"loaded": False, "load_error": short_error(type(exc).__name__, str(exc))}
-            )
-            continue
+        circuits, facts = found
         context = target if run.get("mode") == RECOVERY_MODE else {}
         index = choose(facts, context)
         assert index is not None
@@ -513,9 +745,13 @@ def grade(request: Mapping[str, Any], data: bytes) -> Iterator[dict[str, Any]]:
         )
     yield {"stage": "structure", "loaded": True, "runs": structures}
     finals: list[dict[str, Any] | None] = []
-    for circuit in chosen:
+    for number, circuit in enumerate(chosen):
         if circuit is None:
             finals.append(None)
+            continue
+        earlier = next((i for i in range(number) if chosen[i] is circuit), None)
+        if earlier is not None:
+            finals.append(dict(finals[earlier] or {}))
             continue
         finals.append({"qasm3_export": assembly(circuit), "simulation": statevector_check(circuit)})
     yield {"stage": "final", "runs": finals}

@@ -183,13 +183,21 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 class ProgressPrinter:
-    """One stderr line per request start and end, and a last line with the counts."""
+    """One stderr line per request start and end, and a last line with the counts.
+
+    A prompt's outcome is printed when its answer is in ("saving": its evidence is being
+    written; a write that fails stops the run with an error), so the lines follow the
+    requests actually outstanding. Prompts this invocation does not send (a resume's
+    successes) get no line: the first line counts them.
+    """
 
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream or sys.stderr
         self.total = 0
         self.done = 0
         self.t0 = time.monotonic()
+        self.sent: set[str] = set()  # prompts this invocation sent
+        self.answered: set[str] = set()  # ... whose outcome line is printed
 
     def __call__(self, event: Event) -> None:
         # Here, not at the top: building the parsers (--help) need not load the event types.
@@ -201,18 +209,23 @@ class ProgressPrinter:
                        f"{event.selected} selected, {event.to_send} to send, "
                        f"{event.skipped} skipped -> {event.run_dir}")
         elif isinstance(event, PromptStateChanged):
+            pid = event.prompt_id
             if event.state == "in_flight":
-                self._line(f"[{self.done}/{self.total}] {event.prompt_id}: sending "
+                self.sent.add(pid)
+                self.answered.discard(pid)
+                self._line(f"[{self.done}/{self.total}] {pid}: sending "
                            f"(attempt {event.attempt})")
             elif event.state == "retrying" and event.next_attempt_at:
                 wait = max(0.0, event.next_attempt_at - time.time())
-                self._line(f"[{self.done}/{self.total}] {event.prompt_id}: "
+                self._line(f"[{self.done}/{self.total}] {pid}: "
                            f"{escape_controls(event.error or '')}; retry in {wait:.1f}s")
-            elif event.state in ("success", "error"):
-                self.done += 1
-                detail = ("" if event.state == "success"
-                          else f": {escape_controls(event.error or '')}")
-                self._line(f"[{self.done}/{self.total}] {event.prompt_id}: {event.state}{detail}")
+            elif event.state == "saving" and pid in self.sent:
+                self.answered.add(pid)
+                self._outcome(pid, "success" if event.error is None else "error", event.error)
+            elif event.state in ("success", "error") and pid in self.sent \
+                    and pid not in self.answered:
+                self.answered.add(pid)  # the batch path: no "saving" step
+                self._outcome(pid, event.state, event.error)
         elif isinstance(event, BatchPolled):
             self._line(f"batch {escape_controls(event.batch_id)}: {escape_controls(event.status)}"
                        f", {event.completed}/{event.total} done, {event.failed} failed")
@@ -221,6 +234,11 @@ class ProgressPrinter:
             self._line(f"done in {time.monotonic() - self.t0:.1f}s: {s.get('success')} success, "
                        f"{s.get('error')} error, {s.get('pending')} pending, "
                        f"{s.get('uncertain')} uncertain")
+
+    def _outcome(self, pid: str, state: str, error: str | None) -> None:
+        self.done += 1
+        detail = "" if state == "success" else f": {escape_controls(error or '')}"
+        self._line(f"[{self.done}/{self.total}] {pid}: {state}{detail}")
 
     def _line(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -231,7 +249,13 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         from engine.plan import plan_live_model_run
 
-        print(json.dumps(plan_live_model_run(config), indent=2, sort_keys=True))
+        plan = plan_live_model_run(config)
+        print(json.dumps(plan, indent=2, sort_keys=True), flush=True)
+        if plan["output"]["action"] == "refused":
+            # The plan is what the run would do: this run would stop here.
+            print(f"pqid-tui: error: {escape_controls(plan['output']['reason'])}",
+                  file=sys.stderr)
+            return 2
         return 0
     progress = None if args.quiet else ProgressPrinter()
     if config.batch_api:

@@ -18,6 +18,14 @@ from pqid_tui.screens.base import AppScreen
 from pqid_tui.textsafe import escape_controls
 from pqid_tui.widgets.plain import plain
 
+
+def describe_where(source: str) -> str:
+    """A credential source as words: `env:GROQ_API_KEY` is "the environment variable …"."""
+    if source.startswith("env:"):
+        return f"the environment variable {source[4:]}"
+    return {"keyring": "the OS keyring", "key-file": "the key file"}.get(source, source)
+
+
 CHECK_NOTE = ("k checks the selected route's key with one call to the provider's model list, "
               "after you confirm. Nothing else ever contacts a provider from this screen.")
 
@@ -87,7 +95,8 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
         self.sources = message.sources
         table = self.query_one("#routes", DataTable)
         for name, source in message.sources.items():
-            table.update_cell(name, "source", plain(source))
+            # The column widens to the longest source: `keyring unavailable` read in full.
+            table.update_cell(name, "source", plain(source), update_width=True)
 
     def selected_route(self) -> str | None:
         table = self.query_one("#routes", DataTable)
@@ -107,6 +116,13 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
 
         name = self._route_with_key()
         if name is None:
+            return
+        if self.sources.get(name) == "keyring unavailable":
+            # Asking for a key that cannot be stored would only fail after it was typed.
+            self.notify("The OS keyring is not available, so no key can be stored in it. "
+                        "Unlock it (or start a Secret Service such as gnome-keyring or "
+                        f"KWallet) and press F5, or set {self._variable(name)} instead.",
+                        title="Keyring unavailable", severity="error", timeout=12)
             return
 
         def store(secret: str | None) -> None:
@@ -167,6 +183,16 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
                         severity="warning")
             return
 
+        source = self.sources.get(name)
+        if source in (None, "missing", "keyring unavailable"):
+            why = ("the OS keyring is not available" if source == "keyring unavailable"
+                   else "no key was found" if source == "missing"
+                   else "its key source is still being looked up")
+            self.notify(f"Nothing to check for {name}: {why}. Set {self._variable(name)} or "
+                        "store a key with s, then check again.", title="No key",
+                        severity="warning", timeout=12)
+            return
+
         def answer(yes: bool | None) -> None:
             if yes:
                 self.check_key(name)
@@ -174,7 +200,7 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
         self.app.push_screen(ConfirmScreen(
             f"Contact {name} to check its key?",
             f"One GET of the model list at {route.base_url}, with the key from "
-            f"{self.sources.get(name, 'its usual source')}. No prompt is sent.",
+            f"{describe_where(source)}. No prompt is sent.",
             yes="Contact the provider"), answer)
 
     @work(exclusive=True, group="credentials-check", exit_on_error=False)
@@ -212,6 +238,11 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
     @on(Button.Pressed, "#delete")
     def _delete(self) -> None:
         self.action_delete_key()
+
+    @staticmethod
+    def _variable(name: str) -> str:
+        variable = PRESETS[name].credential_env
+        return f"${variable}" if variable else "--api-key-file"
 
     def action_back(self) -> None:
         self.app.pop_screen()

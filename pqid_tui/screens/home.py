@@ -40,8 +40,9 @@ and reference rows) and the verification (SHA-256 digests, or for PQID-Bench the
 checks every listed file again). Below, every run directory under the runs directory with
 its counts and whether it has been replayed.
 
-Select a run and press **Enter** to open its monitor, **r** to replay it. **n** plans a
-new run; **c** manages the keys each route would use.
+Select a run and press **Enter** to open its monitor, **p** to resume it (send its
+pending prompts), **r** to replay it. A run in progress in this session reads *running*.
+**n** plans a new run; **c** manages the keys each route would use.
 """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("n", "new_run", "New run"),
@@ -50,8 +51,10 @@ new run; **c** manages the keys each route would use.
         Binding("c", "credentials", "Credentials"),
         Binding("a", "absent", "Absent files"),
         Binding("v", "verify", "Verify files"),
+        Binding("p", "resume_run", "Resume run"),
         Binding("f5", "refresh", "Refresh"),
-        Binding("q", "app.quit", "Quit"),
+        # The footer shows the app's ^q Quit already; q is the same key, not a second entry.
+        Binding("q", "app.quit", "Quit", show=False),
     ]
 
     def __init__(self) -> None:
@@ -134,6 +137,8 @@ new run; **c** manages the keys each route would use.
         self.runs = runs
         table = self.query_one("#runs", DataTable)
         table.clear()
+        app: Any = self.app
+        running = app.running_run()
         for info in runs:
             if info.problem:
                 table.add_row(plain(info.name), one_line(info.problem, 80), "", "", "", "", "",
@@ -141,12 +146,12 @@ new run; **c** manages the keys each route would use.
                 continue
             table.add_row(plain(info.name), plain(info.provider), plain(info.model),
                           info.selected, info.success, info.error, info.pending,
-                          info.uncertain, "yes" if info.complete else "no",
+                          info.uncertain, "running" if info.path == running
+                          else "yes" if info.complete else "no",
                           "yes" if info.evaluated else "no", key=str(info.path))
         hint = self.query_one("#runs-hint", Static)
         hint.display = not runs
         table.display = bool(runs)
-        app: Any = self.app
         if not runs and app.release is not None and app.release.format != FORMAT_PQID_RELEASE:
             # PQID-Bench ships no reference code, so the oracle route has nothing to answer.
             hint.update("No runs yet. Press n to plan a first run: choose a route and a model; "
@@ -185,6 +190,13 @@ new run; **c** manages the keys each route would use.
             self.notify("No run to open yet: press n to start one.")
             return
         self.app_any.open_screen("monitor", run_dir=run)
+
+    def action_resume_run(self) -> None:
+        run = self.selected_run()
+        if run is None:
+            self.notify("No run to resume yet: press n to start one.")
+            return
+        self.app_any.open_screen("monitor", run_dir=run, resume=True)
 
     def action_replay(self) -> None:
         self.app_any.open_screen("replay", run_dir=self.selected_run())

@@ -46,7 +46,9 @@ earlier run stopped). The retry queue on the right lists the prompts that are wa
 backoff, ended in an error, or are uncertain, each with its last error.
 
 * **p** pauses or resumes sending (requests in flight finish); **s** stops the run cleanly:
-  it stays resumable.
+  it stays resumable. On a run that is not running, **p** resumes it: it sends the pending
+  prompts (with the settings of this session's run, else the run's manifest); **n** opens
+  the New run form filled from the run's manifest, to resume with other pacing.
 * **space** marks prompts; **r** retries the marked ones (or the one under the cursor),
   **e** retries every terminal error, **u** the uncertain ones after a confirmation.
   Each is a resume of this run directory that sends only those prompts.
@@ -60,16 +62,22 @@ backoff, ended in an error, or are uncertain, each with its last error.
         Binding("e", "retry_errors", "Retry errors"),
         Binding("u", "retry_uncertain", "Retry uncertain"),
         Binding("i", "inspect", "Inspect"),
+        Binding("n", "edit_resume", "Resume in form"),
         Binding("tab", "focus_next", "Grid/queue", show=False),
         Binding("escape", "back", "Back"),
     ]
 
-    def __init__(self, run_dir: Path, progress: RunProgress, *, live: bool) -> None:
+    def __init__(self, run_dir: Path, progress: RunProgress, *, live: bool,
+                 resume: bool = False) -> None:
         super().__init__()
         self.run_dir = Path(run_dir)
         self.progress = progress
         self.live = live
         self.ended: str | None = None
+        self._resume_on_open = resume
+        # What earlier invocations shown in this monitor did (a retry or resume adds to them).
+        self._base_requests = 0
+        self._base_tokens = 0
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -88,12 +96,17 @@ backoff, ended in an error, or are uncertain, each with its last error.
     def on_mount(self) -> None:
         app: Any = self.app
         self._rows_seen = False
-        self.flush()
+        self.flush(full=True)
         self.set_interval(app.flush_interval, self._flush_tick)
         self.query_one(RunGrid).focus()
+        if self._resume_on_open:
+            self.call_after_refresh(self.action_resume_run)
 
     def attach(self, progress: RunProgress, *, live: bool) -> None:
         """Follow a new run of this directory (a retry or a resume) in the same grid."""
+        if progress is not self.progress:
+            self._base_requests += self.progress.requests
+            self._base_tokens += self.progress.tokens
         self.progress, self.live, self.ended = progress, live, None
         for row in list(self.progress.rows.values()):
             self.progress.set_state(row.prompt_id, row.state, row.attempt, row.error,
@@ -104,9 +117,12 @@ backoff, ended in an error, or are uncertain, each with its last error.
     def _flush_tick(self) -> None:
         self.flush()
 
-    def flush(self) -> None:
-        """Apply what changed since the last flush: a keyed diff, in one batch."""
+    def flush(self, *, full: bool = False) -> None:
+        """Apply what changed since the last flush: a keyed diff, in one batch. `full`: every
+        row (a monitor opened on a progress that another monitor has been following)."""
         rows = self.progress.take_dirty()
+        if full:
+            rows = list(self.progress.rows.values())
         if rows:
             with self.app.batch_update():
                 self.query_one(RunGrid).apply(rows)
@@ -147,11 +163,18 @@ backoff, ended in an error, or are uncertain, each with its last error.
         self.query_one("#run-title", Static).update(title)
         stats = Text()
         stats.append(f"{len(p.rows)} prompts  ")
-        for state in ("success", "error", "in_flight", "retrying", "pending", "uncertain"):
+        for state in ("success", "error", "in_flight", "saving", "retrying", "pending",
+                      "uncertain"):
+            if state == "saving" and not c[state]:
+                continue  # answered, evidence being written: a moment, shown only then
             stats.append(f"{state.replace('_', ' ')} {c[state]}  ")
         stats.append("\n")
-        stats.append(f"requests {p.requests}  {p.requests_per_second:.1f} req/s  "
-                     f"tokens {p.tokens:,}  ")
+        requests = self._base_requests + p.requests
+        stats.append(f"requests {requests}")
+        if self._base_requests:
+            stats.append(f" ({p.requests} in this resume)")
+        stats.append(f"  {p.requests_per_second:.1f} req/s  "
+                     f"tokens {self._base_tokens + p.tokens:,}  ")
         if p.started_at is not None:
             stats.append(f"elapsed {clock_text(p.elapsed)}  ETA {clock_text(p.eta_seconds)}")
         else:
@@ -172,9 +195,9 @@ backoff, ended in an error, or are uncertain, each with its last error.
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         running = self._running_here()
-        if action in ("toggle_pause", "stop"):
+        if action == "stop":
             return True if running else None
-        if action in ("retry_selected", "retry_errors", "retry_uncertain"):
+        if action in ("retry_selected", "retry_errors", "retry_uncertain", "edit_resume"):
             return None if running else True
         return True
 
@@ -182,6 +205,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
         app: Any = self.app
         control = app.run_control
         if not self._running_here() or control is None:
+            self.action_resume_run()
             return
         if control.paused:
             control.resume()
@@ -197,6 +221,31 @@ backoff, ended in an error, or are uncertain, each with its last error.
             app.run_control.stop()
             self.notify("Stopping: requests in flight finish; the run stays resumable.")
             self.show_stats()
+        else:
+            self.notify("The run is not running: nothing to stop.", severity="warning")
+
+    def action_resume_run(self) -> None:
+        """Resume this run directory: send its pending prompts."""
+        if self._running_here():
+            return
+        counts = self.progress.counts
+        if counts["uncertain"]:
+            self.notify(f"{counts['uncertain']} prompt(s) are uncertain: resolve them first "
+                        "with u (retry uncertain), which explains the possible extra paid draw.",
+                        severity="warning")
+            return
+        pending = [pid for pid, row in self.progress.rows.items() if row.state == "pending"]
+        if not pending:
+            errors = counts["error"]
+            self.notify("Nothing to resume: every prompt has an outcome" + (
+                f"; e retries the {errors} error(s)." if errors else "."), severity="warning")
+            return
+        self._retry(pending, errors=False, uncertain=False, resume=True)
+
+    def action_edit_resume(self) -> None:
+        """The New run form filled from this run's manifest (other pacing, limits, flags)."""
+        app: Any = self.app
+        app.open_screen("new", run_dir=self.run_dir)
 
     def _focused_table(self) -> RunGrid | RetryQueue:
         focused = self.focused
@@ -272,7 +321,8 @@ backoff, ended in an error, or are uncertain, each with its last error.
         return resume_config(self.run_dir, app.release_dir, acknowledge_prompt_export=True,
                              **flags)
 
-    def _retry(self, ids: list[str], *, errors: bool, uncertain: bool) -> None:
+    def _retry(self, ids: list[str], *, errors: bool, uncertain: bool,
+               resume: bool = False) -> None:
         from pqid_tui.screens.dialogs import ConfirmScreen
 
         app: Any = self.app
@@ -288,35 +338,44 @@ backoff, ended in an error, or are uncertain, each with its last error.
             self.notify(describe_error(exc), severity="error", markup=False)
             return
         contacts = config.provider != "oracle"
+        only = None if resume else ids  # a resume sends every pending prompt
         if not (contacts or uncertain):
-            self._launch(config, ids)
+            self._launch(config, only)
             return
         parts = []
         if contacts:
             parts.append(f"This sends {len(ids)} prompt(s) to the {config.provider} route "
-                         f"({config.base_url or 'its preset endpoint'}) again: the provider's "
+                         f"({config.base_url or 'its preset endpoint'})"
+                         f"{'' if resume else ' again'}: the provider's "
                          "retention, policy, quota and billing terms apply.")
         if uncertain:
             parts.append(UNCERTAIN_EXPLANATION)
 
         def answer(yes: bool | None) -> None:
             if yes:
-                self._launch(config, ids)
+                self._launch(config, only)
+            else:
+                self.notify(("Resume" if resume else "Retry") + " cancelled: nothing was sent.")
 
+        if resume:
+            title = f"Resume the run: send its {len(ids)} pending prompt(s)?"
+        else:
+            title = f"Retry {len(ids)} prompt(s)" + (" including uncertain ones?" if uncertain
+                                                     else "?")
         self.app.push_screen(ConfirmScreen(
-            f"Retry {len(ids)} prompt(s)" + (" including uncertain ones?" if uncertain
-                                             else "?"),
-            "\n\n".join(parts), yes="Send again"), answer)
+            title, "\n\n".join(parts), yes="Resume" if resume else "Send again"), answer)
 
-    def _launch(self, config: Any, ids: Iterable[str]) -> None:
+    def _launch(self, config: Any, ids: Iterable[str] | None) -> None:
         app: Any = self.app
         self.query_one(RunGrid).marked.clear()
         self.query_one(RetryQueue).marked.clear()
-        app.start_run(config, list(ids))
+        app.start_run(config, None if ids is None else list(ids))
 
     def palette_commands(self) -> Iterable[SystemCommand]:
-        yield SystemCommand("run: pause or resume", "Pause or resume sending",
-                            self.action_toggle_pause)
+        yield SystemCommand("run: pause or resume", "Pause or resume sending; on a run that "
+                            "is not running, resume it", self.action_toggle_pause)
+        yield SystemCommand("run: resume in the New run form", "The form filled from this "
+                            "run's manifest", self.action_edit_resume)
         yield SystemCommand("run: stop", "Stop the run cleanly (resumable)", self.action_stop)
         yield SystemCommand("run: retry selected", "Resend the marked prompts",
                             self.action_retry_selected)

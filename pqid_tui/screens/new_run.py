@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -17,8 +17,9 @@ from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Sele
 from engine.config import DEFAULT_CONCURRENCY, LiveRunConfig, make_config
 from engine.errors import ConfigError, PqidError
 from engine.plan import Plan, build_plan
+from engine.records import RunDir, check_same_contract
 from engine.routes import PRESETS, check_extra_body, resolve_route
-from engine.runs import RunInfo, read_run_info
+from engine.runs import RunInfo, read_run_info, resume_config
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.screens.monitor import UNCERTAIN_EXPLANATION
 from pqid_tui.widgets.plain import plain
@@ -54,6 +55,34 @@ def split_messages(message: str) -> list[str]:
     return re.split(r"; (?=[a-z][a-z_-]*: )", message)
 
 
+class FormInput(Input):
+    """An input whose keys go where the focus is, however fast they come.
+
+    Textual hands each key to the widget focused when the key arrives; keys that arrive
+    together (a paste through the terminal, a fast typist: `aaa`, Tab, `bbb`) all queue at
+    the first field, and its Tab moves the focus only after the keys behind it were typed.
+    So Tab moves the focus here at once, and a key that reaches this input once it has lost
+    the focus goes on, in order, to the widget that has it now.
+    """
+
+    async def _on_key(self, event: events.Key) -> None:
+        if not self.is_attached:
+            return
+        screen = self.screen
+        focused = screen.focused
+        if focused is not None and focused is not self:
+            event.stop()
+            event.prevent_default()  # not typed here
+            focused.post_message(events.Key(event.key, event.character))
+        elif event.key in ("tab", "shift+tab"):
+            event.stop()
+            event.prevent_default()
+            if event.key == "tab":
+                screen.focus_next()
+            else:
+                screen.focus_previous()
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:60] or "run"
 
@@ -83,8 +112,9 @@ prompts that were in flight when a run died (a possible extra paid draw).
         Binding("escape", "back", "Back"),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, run_dir: Path | None = None) -> None:
         super().__init__()
+        self.resume_dir = Path(run_dir) if run_dir is not None else None
         self.plan: Plan | None = None
         self.errors: dict[str, str] = {}
         self.run_info: RunInfo | None = None
@@ -109,17 +139,17 @@ prompts that were in flight when a run died (a possible extra paid draw).
                 yield from self._field("route", Select(
                     [(name, name) for name in PRESETS], value="oracle", allow_blank=False,
                     id="provider"), "provider")
-                yield from self._field("model", Input("oracle", id="model",
+                yield from self._field("model", FormInput("oracle", id="model",
                                                       placeholder="model ID"), "model")
-                yield from self._field("base URL (optional)", Input(
+                yield from self._field("base URL (optional)", FormInput(
                     id="base_url", placeholder="the route's preset endpoint"), "base_url")
                 yield Checkbox("endpoint without authentication (--no-auth)", id="no_auth")
                 yield Static("Generation", classes="section-title")
                 with Horizontal(classes="row"):
-                    yield from self._field("temperature", Input("0.0", id="temperature"),
+                    yield from self._field("temperature", FormInput("0.0", id="temperature"),
                                            "temperature")
-                    yield from self._field("top-p", Input("1.0", id="top_p"), "top_p")
-                    yield from self._field("max output tokens", Input(
+                    yield from self._field("top-p", FormInput("1.0", id="top_p"), "top_p")
+                    yield from self._field("max output tokens", FormInput(
                         "2048", id="max_output_tokens"), "max_output_tokens")
                 with Horizontal(classes="row"):
                     yield Checkbox("omit temperature", id="omit_temperature")
@@ -130,25 +160,25 @@ prompts that were in flight when a run died (a possible extra paid draw).
                          ("max_completion_tokens", "max_completion_tokens")],
                         value="default", allow_blank=False, id="max_output_field"),
                         "max_output_field")
-                    yield from self._field("seed (optional)", Input(id="seed"), "seed")
+                    yield from self._field("seed (optional)", FormInput(id="seed"), "seed")
                 yield from self._field("extra body JSON (optional, non-secret settings)",
-                                       Input(id="extra_body", placeholder='{"key": "value"}'),
+                                       FormInput(id="extra_body", placeholder='{"key": "value"}'),
                                        "extra_body")
                 yield Static("Prompts", classes="section-title")
                 with Horizontal(classes="row"):
                     yield from self._field("split", Select(
                         [("every split", "*")] + [(s, s) for s in splits], value="*",
                         allow_blank=False, id="split"), "split")
-                    yield from self._field("limit (optional)", Input(id="limit"), "limit")
+                    yield from self._field("limit (optional)", FormInput(id="limit"), "limit")
                 yield from self._field("prompt IDs (optional, comma-separated)",
-                                       Input(id="prompt_ids"), "prompt_ids")
+                                       FormInput(id="prompt_ids"), "prompt_ids")
                 yield Static("Pacing and output", classes="section-title")
                 with Horizontal(classes="row"):
-                    yield from self._field("concurrency", Input(
+                    yield from self._field("concurrency", FormInput(
                         str(DEFAULT_CONCURRENCY), id="concurrency"), "concurrency")
-                    yield from self._field("max retries", Input("3", id="max_retries"),
+                    yield from self._field("max retries", FormInput("3", id="max_retries"),
                                            "max_retries")
-                yield from self._field("output directory", Input(id="output_dir"), "output_dir")
+                yield from self._field("output directory", FormInput(id="output_dir"), "output_dir")
                 with Vertical(id="resume-box"):
                     yield Static(id="resume-info")
                     yield Checkbox("resume the run in this directory", id="resume")
@@ -165,9 +195,48 @@ prompts that were in flight when a run died (a possible extra paid draw).
         yield Footer()
 
     def on_mount(self) -> None:
+        if self.resume_dir is not None:
+            self.fill_from_run(self.resume_dir)
         self._suggest_output_dir()
         self.recompute()
         self.query_one("#provider", Select).focus()
+
+    def fill_from_run(self, run_dir: Path) -> None:
+        """The form as the run in `run_dir` was made (its manifest), set to resume it; the
+        pacing this session last used on it, else the defaults."""
+        app: Any = self.app
+        try:
+            config = resume_config(run_dir, app.release_dir)
+        except PqidError as exc:
+            from pqid_tui.app import describe_error
+
+            self.notify(describe_error(exc), severity="error", markup=False)
+            return
+        current = app.run_config
+        if current is not None and Path(str(current.output_dir)) == Path(run_dir):
+            config = config.model_copy(update={
+                "concurrency": current.concurrency, "max_retries": current.max_retries})
+
+        def text(value: object) -> str:
+            return "" if value is None else str(value)
+
+        self.query_one("#provider", Select).value = config.provider
+        values = {
+            "model": config.model, "base_url": text(config.base_url),
+            "temperature": text(config.temperature), "top_p": text(config.top_p),
+            "max_output_tokens": text(config.max_output_tokens), "seed": text(config.seed),
+            "extra_body": json.dumps(config.extra_body) if config.extra_body else "",
+            "limit": text(config.limit),
+            "prompt_ids": ", ".join(config.prompt_ids) if config.prompt_ids else "",
+            "concurrency": text(config.concurrency), "max_retries": text(config.max_retries),
+            "output_dir": str(run_dir)}
+        for name, value in values.items():
+            self.query_one(f"#{name}", Input).value = value
+        for name in ("no_auth", "omit_temperature", "omit_top_p"):
+            self.query_one(f"#{name}", Checkbox).value = bool(getattr(config, name))
+        self.query_one("#max_output_field", Select).value = config.max_output_field or "default"
+        self.query_one("#split", Select).value = config.split or "*"
+        self.query_one("#resume", Checkbox).value = True
 
     # -- form to config --------------------------------------------------------------------------
     def _value(self, name: str) -> str:
@@ -322,6 +391,12 @@ prompts that were in flight when a run died (a possible extra paid draw).
             elif info.uncertain and not fields["retry_uncertain"]:
                 errors.setdefault("output_dir", f"{info.uncertain} uncertain prompt(s): tick "
                                   "retry uncertain to resume (see above)")
+            if fields["resume"] and self.plan is not None:
+                # What the run would refuse, refused here: one directory is one contract.
+                try:
+                    check_same_contract(RunDir(path).read_manifest(), self.plan.identity())
+                except PqidError as exc:
+                    errors.setdefault("output_dir", str(exc))
         else:
             box.display = False
             if nonempty:

@@ -16,9 +16,10 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 
 from engine.errors import PqidError
-from engine.runs import PromptDetail, prompt_detail
+from engine.runs import PromptDetail, RawBody, prompt_detail
+from engine.storage import canonical_json
 from pqid_tui.screens.base import AppScreen
-from pqid_tui.textsafe import escape_controls
+from pqid_tui.textsafe import count_controls, escape_controls
 from pqid_tui.widgets.plain import one_line, plain
 
 
@@ -32,6 +33,7 @@ class PayloadScreen(AppScreen):
     """Everything the run directory holds about one prompt, untrusted parts shown escaped."""
 
     CSS_PATH = "payload.tcss"
+    AUTO_FOCUS = "#attempts"
     HELP = """# Payload inspector
 
 The exact request body that was hashed and sent (and whether its stored SHA-256 still
@@ -41,13 +43,18 @@ response and the Python code extracted from it.
 
 Model output and provider bodies are untrusted: control characters and escape sequences
 are shown as `\\x1b`-style escapes and never reach your terminal; `[markup]` is shown as
-typed. **b**, **o** and **x** copy the request body, the response content and the
-extracted code to the clipboard (where the terminal supports OSC 52).
+typed. **b** copies the request body exactly as it was hashed (its SHA-256 is the one
+shown); **o**, **x** and **r** copy the response content, the extracted code and the raw
+provider body of the attempt under the cursor (else the last one) with every control
+character written as a `\x1b`-style escape, so pasting them into a terminal is harmless.
+The palette's *payload: copy raw body exactly* copies a raw body's exact bytes, after a
+confirmation. Copying uses OSC 52, where the terminal supports it.
 """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("b", "copy('request')", "Copy request"),
         Binding("o", "copy('content')", "Copy output"),
         Binding("x", "copy('code')", "Copy code"),
+        Binding("r", "copy('raw')", "Copy raw body"),
         Binding("escape", "back", "Back"),
     ]
 
@@ -161,19 +168,92 @@ extracted code to the clipboard (where the terminal supports OSC 52).
             highlighted(code, "python", theme) if code else
             plain(f"no code extracted ({extraction.get('method', 'unknown')})"))
 
+    def request_bytes(self) -> bytes | None:
+        """The request body as the engine hashed it (canonical JSON), or None."""
+        d = self.detail
+        if d is None or d.request_body is None:
+            return None
+        return canonical_json(d.request_body)
+
+    def chosen_raw(self) -> RawBody | None:
+        """The raw body of the attempt under the attempts cursor, else the last one stored."""
+        d = self.detail
+        if d is None or not d.raw_bodies:
+            return None
+        table = self.query_one("#attempts", DataTable)
+        if 0 <= table.cursor_row < len(d.attempts):
+            attempt = d.attempts[table.cursor_row].get("attempt")
+            for body in d.raw_bodies:
+                if body.attempt == attempt:
+                    return body
+        return d.raw_bodies[-1]
+
     def action_copy(self, what: str) -> None:
         d = self.detail
         if d is None:
             return
-        response = d.response or {}
-        text = {"request": d.request_text, "content": response.get("content") or "",
-                "code": response.get("generated_code") or ""}[what]
-        if not text:
-            self.notify(f"Nothing to copy ({what} is empty).", severity="warning")
+        if what == "request":
+            data = self.request_bytes()
+            if data is None:
+                self.notify("Nothing to copy (no request recorded).", severity="warning")
+                return
+            # The exact bytes that were hashed (the run's prompts come from the release).
+            self.app.copy_to_clipboard(data.decode("utf-8"))
+            self.notify(f"Copied the request body ({len(data)} bytes), exactly as hashed: "
+                        f"sha256 {escape_controls(d.request_sha256 or '')[:16]}….",
+                        markup=False)
             return
-        # The clipboard gets the exact bytes the run holds; only the screen shows escapes.
-        self.app.copy_to_clipboard(text)
-        self.notify(f"Copied the {what} ({len(text)} characters) to the clipboard.")
+        response = d.response or {}
+        raw = self.chosen_raw() if what == "raw" else None
+        if what == "raw":
+            text = raw.data.decode("utf-8", "replace") if raw is not None else ""
+        else:
+            text = {"content": response.get("content") or "",
+                    "code": response.get("generated_code") or ""}[what]
+        name = {"content": "output", "code": "code",
+                "raw": f"raw body of attempt {raw.attempt}" if raw else "raw body"}[what]
+        if not text:
+            self.notify(f"Nothing to copy (the {name} is empty).", severity="warning")
+            return
+        # Model output and provider bodies are untrusted: a control sequence pasted into a
+        # terminal would be obeyed, so the clipboard gets the escaped text the screen shows.
+        safe = escape_controls(text)
+        self.app.copy_to_clipboard(safe)
+        controls = count_controls(text)
+        changed = (f"; its {controls} control characters are written as \\x1b-style escapes"
+                   if controls else "; it holds no control characters")
+        self.notify(f"Copied the {name} ({len(safe)} characters){changed}.", markup=False)
+
+    def action_copy_raw_exactly(self) -> None:
+        from pqid_tui.screens.dialogs import ConfirmScreen
+
+        raw = self.chosen_raw()
+        if raw is None:
+            self.notify("Nothing to copy (no raw body stored).", severity="warning")
+            return
+        try:
+            text = raw.data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.notify(f"The raw body of attempt {raw.attempt} is not UTF-8 text; its exact "
+                        f"bytes are in {raw.name} in the run directory.", severity="warning",
+                        markup=False)
+            return
+        controls = count_controls(text) > 0
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.app.copy_to_clipboard(text)
+                self.notify(f"Copied the exact raw body of attempt {raw.attempt} "
+                            f"({len(raw.data)} bytes).")
+
+        self.app.push_screen(ConfirmScreen(
+            f"Copy the exact raw body of attempt {raw.attempt}?",
+            "It is the provider's reply, byte for byte, and untrusted"
+            + (": it HOLDS CONTROL CHARACTERS, which a terminal obeys if you paste them into "
+               "it (a clipboard write, a screen clear, colours)." if controls
+               else "; it holds no control characters.")
+            + " r copies it with those characters escaped instead.",
+            yes="Copy the exact bytes"), answer)
 
     def action_back(self) -> None:
         self.app.pop_screen()
@@ -181,6 +261,13 @@ extracted code to the clipboard (where the terminal supports OSC 52).
     def palette_commands(self) -> list[SystemCommand]:
         return [SystemCommand("payload: copy request body", "Copy the exact request body",
                               lambda: self.action_copy("request")),
-                SystemCommand("payload: copy extracted code", "Copy the extracted Python",
-                              lambda: self.action_copy("code"))]
+                SystemCommand("payload: copy extracted code", "Copy the extracted Python "
+                              "(control characters escaped)", lambda: self.action_copy("code")),
+                SystemCommand("payload: copy output", "Copy the response content (control "
+                              "characters escaped)", lambda: self.action_copy("content")),
+                SystemCommand("payload: copy raw body", "Copy the selected attempt's raw "
+                              "provider body (control characters escaped)",
+                              lambda: self.action_copy("raw")),
+                SystemCommand("payload: copy raw body exactly", "Copy its exact bytes, after "
+                              "a confirmation", self.action_copy_raw_exactly)]
 

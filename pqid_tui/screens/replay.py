@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,7 +19,6 @@ from textual.widgets import (
     Footer,
     Header,
     Input,
-    Log,
     ProgressBar,
     Select,
     Static,
@@ -39,21 +40,32 @@ from pqid_tui.textsafe import escape_controls
 from pqid_tui.widgets.bar_chart import BarChart, BarRow
 from pqid_tui.widgets.plain import plain
 from pqid_tui.widgets.sort_table import Cell, Column, Row, SortableTable
+from pqid_tui.widgets.wrapping import WrappingCheckbox, WrappingLog
 
 EXECUTION_NOTE = ("I understand that replay executes the model's generated code. It runs only "
                   "inside a network-disabled, read-only Docker container with no host mounts "
                   "and tight limits.")
+# The actions bound to single letters: hidden from the footer (and refused) while the user
+# types in a text field, where those letters are text.
+LETTER_ACTIONS = frozenset({"build", "compare", "export"})
+# What the user's mistakes and the engine's refusals are called here (never a worker's name).
+FAILED = {"build_image": "Image build", "replay_run": "Replay", "compare_run": "Compare",
+          "export_files": "Export", "load_taxonomy": "Failure taxonomy",
+          "action_docker_status": "Docker status"}
 
 
 class ReplayScreen(AppScreen):
     """Evaluate a run in Docker and compare it with the frozen matrix on the same prompts."""
 
     CSS_PATH = "replay.tcss"
+    AUTO_FOCUS = "#run"
     HELP = """# Replay and compare
 
 **Docker**: whether a Docker Engine is reachable, its version, and whether the evaluator
 image for the chosen base image (and optional offline wheelhouse) exists or needs a build
-(**b** builds it; the log follows below).
+(**Build image**, or **b** outside a text field; the log follows below). Enter in either
+field checks the image again. Both fields are remembered (`pqid-tui --base-image IMAGE
+--wheelhouse DIR` sets them at start).
 
 **Replay** (**ctrl+r**) executes the run's generated code in a network-disabled container:
 it needs the acknowledgement box ticked. Progress shows prompt by prompt.
@@ -110,24 +122,27 @@ same files as the batch mode.
                 with Vertical(id="docker-box", classes="panel"):
                     yield Static("Docker", classes="section-title")
                     yield Static("checking…", id="docker-status")
-                    yield Input(id="base_image", placeholder="base image (default "
-                                "python:3.11-slim)")
-                    yield Input(id="wheelhouse", placeholder="wheelhouse directory (offline, "
-                                "optional)")
+                    remembered: dict[str, str] = getattr(self.app, "replay_image", {})
+                    yield Input(remembered.get("base_image", ""), id="base_image",
+                                placeholder="base image (default python:3.11-slim)")
+                    yield Input(remembered.get("wheelhouse", ""), id="wheelhouse",
+                                placeholder="wheelhouse directory (offline, optional)")
                     yield Button("Build image", id="build")
                 with Vertical(id="run-box", classes="panel"):
                     yield Static("Run", classes="section-title")
                     yield Select([], id="run", prompt="choose a run")
-                    yield Checkbox(EXECUTION_NOTE, id="acknowledge_execution")
+                    yield WrappingCheckbox(EXECUTION_NOTE, id="acknowledge_execution",
+                                           compact=True)
                     with Horizontal(classes="buttons"):
                         yield Button("Start replay", id="start", variant="warning")
+                    yield WrappingCheckbox("allow a partial run (restrict every row to its "
+                                           "prompts)", id="allow_partial", compact=True)
+                    with Horizontal(classes="buttons"):
                         yield Button("Compare", id="compare")
                         yield Button("Export", id="export")
-                    yield Checkbox("allow a partial run (restrict every row to its prompts)",
-                                   id="allow_partial")
             yield ProgressBar(id="progress", show_eta=False)
             yield Static("", id="progress-text")
-            yield Log(id="log", max_lines=2000)
+            yield WrappingLog(id="log")
             yield Static("Comparison", classes="section-title")
             yield Static("", id="compare-note")
             yield SortableTable(id="comparison")
@@ -154,6 +169,39 @@ same files as the batch mode.
             self.load_taxonomy()
 
     # -- inputs ----------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in LETTER_ACTIONS and isinstance(self.focused, Input):
+            return False
+        return True
+
+    def on_descendant_focus(self) -> None:
+        self.refresh_bindings()
+
+    def on_descendant_blur(self) -> None:
+        self.refresh_bindings()
+
+    @on(Input.Changed, "#base_image, #wheelhouse")
+    def _image_input_changed(self, event: Input.Changed) -> None:
+        remembered: dict[str, str] | None = getattr(self.app, "replay_image", None)
+        if remembered is not None and event.input.id:
+            remembered[event.input.id] = event.value.strip()
+
+    @on(Input.Submitted, "#base_image, #wheelhouse")
+    def _image_input_submitted(self) -> None:
+        self.remember_image()
+        self.action_docker_status()
+
+    def remember_image(self) -> None:
+        """Keep the image inputs for the next session (the settings file of the CLI's app)."""
+        settings = getattr(self.app, "settings", None)
+        remembered: dict[str, str] = getattr(self.app, "replay_image", {})
+        if settings is not None:
+            for key in ("base_image", "wheelhouse"):
+                settings.set(key, remembered.get(key))
+
+    def on_unmount(self) -> None:
+        self.remember_image()
+
     @property
     def run_dir(self) -> Path | None:
         value = self.query_one("#run", Select).value
@@ -174,7 +222,26 @@ same files as the batch mode.
     # -- Docker ----------------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="replay-status", exit_on_error=False)
     def action_docker_status(self) -> None:
-        self.post_message(self.StatusReady(self.service.docker_status(self.options())))
+        options = self.app.call_from_thread(self.options)
+        with self.failure("Docker status"):
+            self.post_message(self.StatusReady(self.service.docker_status(options)))
+
+    @contextmanager
+    def failure(self, what: str) -> Iterator[None]:
+        """In a thread worker: an error becomes one message named for the user's action."""
+        try:
+            yield
+        except Exception as exc:  # every failure is shown; a worker's name never is
+            self.app.call_from_thread(self.show_failure, what, exc)
+
+    def show_failure(self, what: str, exc: BaseException) -> None:
+        from pqid_tui.app import describe_error
+
+        message = describe_error(exc)
+        self.notify(message, title=f"{what} failed", severity="error", markup=False,
+                    timeout=12)
+        self.query_one("#log", WrappingLog).write_line(f"{what} failed: {message}")
+        self.query_one("#progress", ProgressBar).display = False
 
     def on_replay_screen_status_ready(self, message: StatusReady) -> None:
         self.status = s = message.status
@@ -187,7 +254,7 @@ same files as the batch mode.
             text.append_text(plain(f"{s.version}  reachable\n"))
             text.append("Image ", style="bold")
             text.append_text(plain(s.image or "unknown"))
-            text.append("  present" if s.image_present else "  needs a build (press b)",
+            text.append("  present" if s.image_present else "  needs a build (Build image)",
                         style="bold")
             if s.detail:
                 text.append("\n")
@@ -195,15 +262,18 @@ same files as the batch mode.
         self.query_one("#docker-status", Static).update(text)
 
     def action_build(self) -> None:
-        log = self.query_one("#log", Log)
+        log = self.query_one("#log", WrappingLog)
         log.write_line("building the evaluator image…")
+        self.remember_image()
         self.build_image(self.options())
 
     @work(thread=True, exclusive=True, group="replay-docker", exit_on_error=False)
-    def build_image(self, options: ImageOptions) -> str:
-        tag = str(self.service.build_image(options, self._post_event))
-        self.call_later_from_thread(self.action_docker_status)
-        return tag
+    def build_image(self, options: ImageOptions) -> str | None:
+        with self.failure("Image build"):
+            tag = str(self.service.build_image(options, self._post_event))
+            self.call_later_from_thread(self.action_docker_status)
+            return tag
+        return None
 
     def _post_event(self, event: Event) -> None:
         self.post_message(self.EngineEvent(event))
@@ -240,21 +310,26 @@ same files as the batch mode.
         progress = self.query_one("#progress", ProgressBar)
         progress.display = True
         progress.update(total=None, progress=0)
-        self.query_one("#log", Log).write_line(f"replaying {escape_controls(run_dir.name)}…")
+        self.query_one("#progress-text", Static).update("")
+        self.query_one("#log", WrappingLog).write_line(
+            f"replaying {escape_controls(run_dir.name)}…")
+        self.remember_image()
         self.replay_run(run_dir, app.release_dir, self.options(), overwrite)
 
     @work(thread=True, exclusive=True, group="replay-docker", exit_on_error=False)
     def replay_run(self, run_dir: Path, release_dir: Path, options: ImageOptions,
-                   overwrite: bool) -> dict[str, int]:
+                   overwrite: bool) -> dict[str, int] | None:
         acknowledged = self.app.call_from_thread(
             lambda: self.query_one("#acknowledge_execution", Checkbox).value)
-        return dict(self.service.replay(run_dir, release_dir, options, self._post_event,
-                                        acknowledge_code_execution=acknowledged,
-                                        overwrite=overwrite))
+        with self.failure("Replay"):
+            return dict(self.service.replay(run_dir, release_dir, options, self._post_event,
+                                            acknowledge_code_execution=acknowledged,
+                                            overwrite=overwrite))
+        return None
 
     def on_replay_screen_engine_event(self, message: EngineEvent) -> None:
         event = message.event
-        log = self.query_one("#log", Log)
+        log = self.query_one("#log", WrappingLog)
         bar = self.query_one("#progress", ProgressBar)
         if isinstance(event, ImageBuildLog):
             log.write_line(escape_controls(event.line))
@@ -272,19 +347,23 @@ same files as the batch mode.
         elif isinstance(event, ReplayFinished):
             counts = ", ".join(f"{k} {v}" for k, v in sorted(event.counts.items()))
             log.write_line(escape_controls(f"replay finished: {counts}"))
-            self.query_one("#progress-text", Static).update(plain(
-                f"replay finished; outputs in {event.output_dir}"))
+            if self.run_dir is not None and Path(event.output_dir).parent == self.run_dir:
+                self.query_one("#progress-text", Static).update(plain(
+                    f"replay of {self.run_dir.name} finished; outputs in {event.output_dir}"))
 
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
-        # The failure itself is reported by AppScreen; here it also goes to the log.
+        # A failure inside a worker is shown by `failure`; one outside it (a bug) by
+        # AppScreen, and here in the log too, under the name of what the user asked for.
         worker = event.worker
         if event.state == WorkerState.ERROR and worker.error is not None:
             from pqid_tui.app import describe_error
 
             message = describe_error(worker.error)
-            self.query_one("#log", Log).write_line(f"{worker.name} failed: {message}")
-        elif event.state == WorkerState.SUCCESS and worker.name == "replay_run":
+            what = FAILED.get(worker.name, "The last action")
+            self.query_one("#log", WrappingLog).write_line(f"{what} failed: {message}")
+        elif (event.state == WorkerState.SUCCESS and worker.name == "replay_run"
+              and worker.result is not None):
             self.load_taxonomy()
             self.action_compare()
 
@@ -299,15 +378,17 @@ same files as the batch mode.
 
     @work(thread=True, exclusive=True, group="replay-compare", exit_on_error=False)
     def compare_run(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> None:
-        comparison = self.service.compare(run_dir, release_dir, allow_partial=allow_partial)
-        self.post_message(self.ComparisonReady(comparison, self.service.taxonomy(run_dir)))
+        with self.failure("Compare"):
+            comparison = self.service.compare(run_dir, release_dir, allow_partial=allow_partial)
+            self.post_message(self.ComparisonReady(comparison, self.service.taxonomy(run_dir)))
 
     @work(thread=True, exclusive=True, group="replay-taxonomy", exit_on_error=False)
     def load_taxonomy(self) -> None:
-        run_dir = self.run_dir
+        run_dir = self.app.call_from_thread(lambda: self.run_dir)
         if run_dir is not None:
-            taxonomy = self.service.taxonomy(run_dir)
-            self.app.call_from_thread(self.show_taxonomy, taxonomy)
+            with self.failure("Failure taxonomy"):
+                taxonomy = self.service.taxonomy(run_dir)
+                self.app.call_from_thread(self.show_taxonomy, taxonomy)
 
     def on_replay_screen_comparison_ready(self, message: ComparisonReady) -> None:
         self.comparison = message.comparison
@@ -340,7 +421,9 @@ same files as the batch mode.
         self.show_chart()
         self.show_subtables(c.tables)
         # Into the table, unless the user is typing or choosing something elsewhere.
-        if not isinstance(self.focused, Input | Select | Checkbox | SortableTable):
+        focused = self.focused
+        if not (isinstance(focused, Input | SortableTable)
+                or (isinstance(focused, Select) and focused.expanded)):
             table.focus()
 
     def chart_metric(self) -> str | None:
@@ -410,6 +493,9 @@ same files as the batch mode.
         self.query_one("#chart", BarChart).rows = ()
         self.query_one("#subtables", Vertical).remove_children()
         self.query_one("#compare-note", Static).update("")
+        # What the progress line said was about the run chosen before.
+        self.query_one("#progress-text", Static).update("")
+        self.query_one("#progress", ProgressBar).display = False
         if self.run_dir is not None:
             self.load_taxonomy()
 
@@ -424,10 +510,14 @@ same files as the batch mode.
 
     @work(thread=True, exclusive=True, group="replay-export", exit_on_error=False)
     def export_files(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> None:
-        paths = self.service.export(run_dir, release_dir, allow_partial=allow_partial)
-        names = ", ".join(escape_controls(p.name) for p in paths)
-        self.app.call_from_thread(self.notify, f"Exported {names}", markup=False)
-        self.app.call_from_thread(self.query_one("#log", Log).write_line, f"exported: {names}")
+        with self.failure("Export"):
+            paths = self.service.export(run_dir, release_dir, allow_partial=allow_partial)
+            names = ", ".join(escape_controls(p.name) for p in paths)
+            where = escape_controls(str(paths[0].parent)) if paths else str(run_dir)
+            self.app.call_from_thread(self.notify, f"Exported {names} to {where}",
+                                      title="Export", markup=False, timeout=12)
+            self.app.call_from_thread(self.query_one("#log", WrappingLog).write_line,
+                                      f"exported to {where}: {names}")
 
     # -- buttons and navigation ------------------------------------------------------------------
     @on(Button.Pressed)

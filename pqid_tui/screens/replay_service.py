@@ -198,12 +198,24 @@ class EngineReplayService:
         except PqidError as exc:
             return DockerStatus(False, detail=str(exc))
         self._client = client
-        try:
-            tag = self._runner(options).image_tag()
-        except PqidError as exc:
-            return DockerStatus(True, version, None, False, str(exc))
         from docker.errors import ImageNotFound
 
+        try:
+            runner = self._runner(options)
+        except PqidError as exc:
+            return DockerStatus(True, version, None, False, str(exc))
+        try:
+            tag = runner.image_tag()
+        except PqidError as exc:
+            try:
+                client.images.get(runner.base_image)
+            except ImageNotFound:
+                # The engine's words are for the batch mode's flags; these are the screen's.
+                return DockerStatus(True, version, None, False, (
+                    f"the base image {runner.base_image} is not on this Docker Engine: Build "
+                    "image pulls it (a registry must be reachable), or enter a local base "
+                    "image above (one made by .ci/base-image, for instance)"))
+            return DockerStatus(True, version, None, False, str(exc))
         try:
             client.images.get(tag)
             present = True

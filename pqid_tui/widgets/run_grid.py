@@ -26,7 +26,7 @@ from pqid_tui.textsafe import escape_controls
 
 # Theme variable behind each state's colour (resolved against the running theme).
 STATE_VARIABLES = {
-    "pending": "text-muted", "in_flight": "accent", "retrying": "warning",
+    "pending": "text-muted", "in_flight": "accent", "saving": "accent", "retrying": "warning",
     "success": "success", "error": "error", "uncertain": "warning", "skipped": "text-muted",
 }
 STATE_LABELS = {"in_flight": "in flight"}
