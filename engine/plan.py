@@ -99,9 +99,9 @@ class Plan:
             "generation_contract_preset": c.generation_contract,
             **study_plan_dict(self),
             "credential": ("none (--no-auth)" if c.no_auth and self.route.needs_credential
-                           else "none: the oracle answers in-process"
+                           else "none (in-process oracle)"
                            if self.route.adapter == "oracle"
-                           else "none: this route needs no key" if not self.route.needs_credential
+                           else "none (the route needs no key)" if not self.route.needs_credential
                            else "read when the run starts: --api-key-file, then "
                            f"${self.route.credential_env}, then the OS keyring"
                            if self.route.credential_env else
@@ -198,11 +198,13 @@ def build_plan(config: LiveRunConfig, release: Release | None = None) -> Plan:
 def check_resumable(plan: Plan) -> bool:
     """The output directory's refusals, read-only: ResumeRefused when the run would refuse it.
     True when the run would resume a run there, False when it would create one."""
-    from engine.records import RunDir, check_same_contract
-
     c = plan.config
     if c.output_dir is None:
         raise ConfigError("--output-dir is required for a run")
+    if not (c.output_dir.is_dir() and any(c.output_dir.iterdir())):
+        return False  # a new run; a dry run need not load the run-directory code for that
+    from engine.records import RunDir, check_same_contract
+
     run_dir = RunDir(c.output_dir)
     if run_dir.is_nonempty() and not c.resume:
         raise ResumeRefused(f"{run_dir.path} is not empty: pass --resume to continue "
@@ -219,8 +221,6 @@ def check_resumable(plan: Plan) -> bool:
 def output_outcome(plan: Plan) -> dict[str, Any]:
     """What the run would do with its output directory, refusals included; reads, never
     writes (an interrupted append is not repaired here)."""
-    from engine.records import RunDir
-
     c = plan.config
     if c.output_dir is None:
         return {"action": "none", "detail": "no --output-dir given: a run needs one"}
@@ -232,6 +232,8 @@ def output_outcome(plan: Plan) -> dict[str, Any]:
         count = len(plan.requests)
         return {"action": "create",
                 "would_send": count if c.max_new is None else min(count, c.max_new)}
+    from engine.records import RunDir
+
     rec = RunDir(c.output_dir).reconcile(plan.prompt_ids, repair=False)
     states = {s: len(rec.by_state(s)) for s in ("success", "error", "pending", "uncertain")}
     if states["uncertain"] and not c.retry_uncertain:

@@ -149,7 +149,10 @@ def test_dry_run_says_what_the_run_would_do_with_its_directory(release_dir: Path
     out = tmp_path / "runs" / "r"
     result = _dry(release_dir, out)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["output"] == {"action": "create", "would_send": 3}
+    plan = json.loads(result.stdout)
+    assert plan["output"] == {"action": "create", "would_send": 3}
+    # No --no-auth was given: the oracle needs no key because it answers in-process.
+    assert plan["credential"] == "none (in-process oracle)"
     assert not out.exists()
 
     run_live_model(make_config(release_dir=release_dir, output_dir=out, provider="oracle",

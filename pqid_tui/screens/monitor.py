@@ -62,7 +62,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
         Binding("e", "retry_errors", "Retry errors"),
         Binding("u", "retry_uncertain", "Retry uncertain"),
         Binding("i", "inspect", "Inspect"),
-        Binding("n", "edit_resume", "Resume in form"),
+        Binding("n", "edit_resume", "Resume in form", show=False),  # the footer is full
         Binding("tab", "focus_next", "Grid/queue", show=False),
         Binding("escape", "back", "Back"),
     ]
