@@ -11,13 +11,11 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from engine.compare import Comparison, compare
+    from engine.compare import Comparison
     from engine.config import LiveRunConfig, make_config
     from engine.plan import build_plan, plan_live_model_run
     from engine.release import Release, load_release
-    from engine.replay import replay
-    from engine.reproduce import Reproduction, reproduce
-    from engine.rescore import rescore
+    from engine.reproduce import Reproduction
     from engine.runner import RunControl, RunResult, run_live_model, run_live_model_async
     from engine.trace import trace_run
 
@@ -28,14 +26,14 @@ _LAZY = {"LiveRunConfig": "engine.config", "make_config": "engine.config",
          "Release": "engine.release", "load_release": "engine.release",
          "RunControl": "engine.runner", "RunResult": "engine.runner",
          "run_live_model": "engine.runner", "run_live_model_async": "engine.runner",
-         "Comparison": "engine.compare", "compare": "engine.compare", "replay": "engine.replay",
-         "Reproduction": "engine.reproduce", "reproduce": "engine.reproduce",
-         "rescore": "engine.rescore", "trace_run": "engine.trace"}
+         "Comparison": "engine.compare", "Reproduction": "engine.reproduce",
+         "trace_run": "engine.trace"}
 
+# The operations named like their modules (compare, replay, reproduce, rescore) are imported
+# from those modules: `engine.compare` must stay the module whatever was imported first.
 __all__ = ["Comparison", "LiveRunConfig", "Release", "Reproduction", "RunControl", "RunResult",
-           "__version__", "build_plan", "compare", "load_release", "make_config",
-           "plan_live_model_run", "replay", "reproduce", "rescore", "run_live_model",
-           "run_live_model_async", "trace_run"]
+           "__version__", "build_plan", "load_release", "make_config", "plan_live_model_run",
+           "run_live_model", "run_live_model_async", "trace_run"]
 
 
 def __getattr__(name: str) -> Any:

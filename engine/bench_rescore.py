@@ -11,8 +11,10 @@ figures are from this one run and nothing passes or fails on them. The last line
 - Hardened: `engine.rescore.rescore` as `pqid-tui --batch rescore` runs it, with the image
   already there: reading the responses and the frozen cells, one evaluator container
   (network-less, read-only, unprivileged), every response run twice under the PQID-Bench
-  contract (the strict run and the target-context recovery run), each in a fresh forked
-  child, its circuits graded in another process, and the comparison. `hardened_s` is that
+  contract (the strict run and the target-context recovery run, which is skipped, its
+  verdict taken from the strict run's circuits, when the code provably cannot see the
+  difference: `recovery_reused`), each in a fresh forked child, its circuits graded in
+  another process, and the comparison. `hardened_s` is that
   whole call.
 - Unhardened: the study's own reference harness, `scripts/run_pqid_bench_external_model_
   generation_harness.py` of the user's evidence copy (read at benchmark time, never shipped
@@ -239,6 +241,8 @@ def run(release_dir: Path, *, models: Sequence[str] | None, base_image: str | No
         "recovery_child_s": _ms_sum(timings, "recovery_child_ms"),
         "snippet_s": _ms_sum(timings, "snippet_ms", "recovery_snippet_ms"),
         "grade_s": _ms_sum(timings, "grade_ms"),
+        # Responses whose recovery verdict came from the strict run's circuits (one child).
+        "recovery_reused": sum(1 for t in timings if t.get("recovery_reused") is True),
         "containers": report["containers"],
         "cores": min(runner.limits.cpus, float(runner.client.info().get("NCPU") or 1)),
     }
@@ -262,6 +266,8 @@ def describe(f: Mapping[str, Any]) -> list[str]:
         f"({f['child_ms_per_cell']:.1f} ms per cell, of which the snippets themselves "
         f"{f['snippet_s']:.1f} s); grader {f['grade_s']:.1f} s "
         f"({f['grade_ms_per_cell']:.1f} ms per cell, overlapped); {f['cores']:.0f} cores",
+        f"recovery run reused from the strict run (provably the same): "
+        f"{f['recovery_reused']} of {f['cells']} cells",
         "agreement with the frozen cells: " + ", ".join(
             f"{n} {v}/{f['cells']}" for n, v in f["agreement"].items()),
         "the harness's own agreement here: " + ", ".join(
