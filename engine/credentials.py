@@ -47,14 +47,15 @@ def _clean(secret: str, where: str) -> str:
     return secret
 
 
-def keyring_get(route_name: str) -> str | None:
+def keyring_get(route_name: str, env_var: str | None = None) -> str | None:
     keyring, errors = _keyring()
     try:
         value = keyring.get_password(KEYRING_SERVICE, route_name)
         return value if isinstance(value, str) else None
     except errors.KeyringError as exc:
+        other = f"${env_var}" if env_var else "the route's environment variable"
         raise CredentialError(f"the OS keyring could not be read ({exc.__class__.__name__}: {exc})"
-                              "; unlock it, or use the environment variable or --api-key-file"
+                              f"; unlock it, or set {other} or pass --api-key-file"
                               ) from None
 
 
@@ -93,7 +94,7 @@ def describe_source(route: Route, api_key_file: Path | None = None, *, no_auth: 
         return f"env:{route.credential_env}"
     if check_keyring:
         try:
-            if keyring_get(route.name):
+            if keyring_get(route.name, route.credential_env):
                 return "keyring"
         except CredentialError:
             return "keyring unavailable"
@@ -119,7 +120,7 @@ def resolve_credential(route: Route, api_key_file: Path | None = None, *, no_aut
         if value.strip():
             return Credential(_clean(value, f"${route.credential_env}"),
                               f"env:{route.credential_env}")
-    secret = keyring_get(route.name)
+    secret = keyring_get(route.name, route.credential_env)
     if secret:
         return Credential(_clean(secret, f"the keyring entry for {route.name}"), "keyring")
     var = f"${route.credential_env}, " if route.credential_env else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.widgets import Button, Checkbox, Input, Select, Static
 
 from engine.records import RunDir
@@ -157,3 +158,24 @@ async def test_a_non_run_directory_is_refused(tmp_path: Path) -> None:
         await set_input(pilot, screen, "output_dir", str(tmp_path / "busy"))
         assert "not a run directory" in text_of(screen, "#err-output_dir")
         assert screen.query_one("#start", Button).disabled
+
+
+@pytest.mark.parametrize("size", [(80, 40), (160, 48)])
+async def test_the_acknowledgement_is_readable_in_full(tmp_path: Path,
+                                                     size: tuple[int, int]) -> None:
+    """Issue 13: the third-party acknowledgement ended mid-sentence; it must wrap, not cut."""
+    app = make_app(write_release(tmp_path / "release", count=6), tmp_path / "runs",
+                   replay_service=FakeReplayService())
+    async with app.run_test(size=size) as pilot:
+        screen = await open_form(app, pilot)
+        screen.query_one("#provider", Select).value = "groq"
+        await pilot.pause()
+        box = screen.query_one("#acknowledge", Checkbox)
+        label = str(box.label)
+        assert label.startswith("I acknowledge")
+        drawn = " ".join("".join(s.text for s in box.render_line(y)).strip()
+                         for y in range(box.region.height))
+        # Drawn whole and inside the screen (a one-line label wider than the form is cut
+        # off by the pane even though the widget itself renders every word).
+        assert "…" not in drawn and box.region.right <= size[0]
+        assert " ".join(drawn.split()).endswith(label.split()[-1])

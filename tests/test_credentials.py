@@ -146,3 +146,20 @@ def test_canary_through_the_library(release_dir: Path, tmp_path: Path) -> None:
     assert summary.to_dict()["error"] == 1
     assert _scan([tmp_path / "run"], json.dumps(summary.to_dict()), repr(events)) == []
 
+
+
+def test_an_unreadable_keyring_names_the_routes_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: the message said "use the environment variable" without naming it."""
+    import keyring
+    from keyring.errors import KeyringLocked
+
+    from engine.credentials import resolve_credential
+    from engine.errors import CredentialError
+    from engine.routes import resolve_route
+
+    def locked(*_a: object, **_k: object) -> None:
+        raise KeyringLocked("the collection is locked")
+
+    monkeypatch.setattr(keyring, "get_password", locked)
+    with pytest.raises(CredentialError, match=r"set \$GROQ_API_KEY or pass --api-key-file"):
+        resolve_credential(resolve_route("groq", None, ()), env={})

@@ -23,6 +23,7 @@ from engine.runs import RunInfo, read_run_info, resume_config
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.screens.monitor import UNCERTAIN_EXPLANATION
 from pqid_tui.widgets.plain import plain
+from pqid_tui.widgets.wrapping import WrappingCheckbox
 
 INPUT_FIELDS = ("model", "base_url", "temperature", "top_p", "max_output_tokens", "seed",
                 "extra_body", "limit", "prompt_ids", "concurrency", "max_retries",
@@ -186,7 +187,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
                                    "error", id="retry_errors")
                     yield Checkbox("retry uncertain: resend prompts that were in flight when "
                                    "a run died (a possible extra paid draw)", id="retry_uncertain")
-                yield Checkbox(id="acknowledge")
+                yield WrappingCheckbox(id="acknowledge", compact=True)
                 yield Static("", id="err-general", classes="field-error")
                 yield Button("Start run", id="start", variant="primary", disabled=True)
             with VerticalScroll(id="plan-pane"):
