@@ -30,6 +30,9 @@ STATE_VARIABLES = {
     "success": "success", "error": "error", "uncertain": "warning", "skipped": "text-muted",
 }
 STATE_LABELS = {"in_flight": "in flight"}
+# The "state" sort: what needs attention first.
+STATE_ORDER = {state: i for i, state in enumerate(
+    ("error", "uncertain", "retrying", "in_flight", "saving", "pending", "skipped", "success"))}
 
 
 def next_attempt_text(when: float | None) -> str:
@@ -103,9 +106,13 @@ class PromptTable(ScrollView, can_focus=True):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.ids: list[str] = []
+        self.ids: list[str] = []  # the rows shown, in display order
+        self.order: list[str] = []  # every row, in arrival order
         self.rows: dict[str, PromptRow] = {}
         self._index: dict[str, int] = {}
+        self.search = ""  # case-insensitive substring of the prompt ID or the error
+        self.only: str | None = None  # one state ("error", "uncertain") or None for all
+        self.sort_key: str | None = None  # None: arrival order; else a SORTS key
         self.marked: set[str] = set()
         self._id_width = 6
         self._state_styles: dict[str, Style] = {}
@@ -132,9 +139,70 @@ class PromptTable(ScrollView, can_focus=True):
         return prompt_id in self._index
 
     def _append(self, row: PromptRow) -> None:
-        self._index[row.prompt_id] = len(self.ids)
-        self.ids.append(row.prompt_id)
+        self.order.append(row.prompt_id)
         self._id_width = max(self._id_width, min(40, len(row.prompt_id)))
+        if not self.view_active:
+            self._index[row.prompt_id] = len(self.ids)
+            self.ids.append(row.prompt_id)
+
+    # -- filter, search, sort ------------------------------------------------------------------
+    SORTS: ClassVar[dict[str, Callable[[PromptRow], tuple[object, ...]]]] = {
+        "prompt": lambda r: (r.prompt_id,),
+        "state": lambda r: (STATE_ORDER.get(r.state, 99), r.prompt_id),
+        "attempts": lambda r: (-(r.attempt or 0), r.prompt_id),
+    }
+
+    @property
+    def view_active(self) -> bool:
+        return bool(self.search or self.only or self.sort_key)
+
+    def matches(self, row: PromptRow) -> bool:
+        if self.only is not None and row.state != self.only:
+            return False
+        if self.search:
+            needle = self.search.lower()
+            return needle in row.prompt_id.lower() or needle in (row.error or "").lower()
+        return True
+
+    def _rebuild_view(self) -> None:
+        """Recompute the shown rows from every row (O(rows); only with a filter or a sort)."""
+        current = self.cursor_prompt()
+        if self.view_active:
+            ids = [pid for pid in self.order if self.matches(self.rows[pid])]
+            if self.sort_key is not None:
+                key = self.SORTS[self.sort_key]
+                ids.sort(key=lambda pid: key(self.rows[pid]))
+        else:
+            ids = list(self.order)
+        self.ids = ids
+        self._index = {pid: i for i, pid in enumerate(ids)}
+        if current in self._index:
+            self.cursor_row = self._index[current]
+
+    def set_view(self, *, search: str | None = None, only: str | None | bool = False,
+                 sort_key: str | None | bool = False) -> None:
+        """Change the filter (`search`, `only`) or the sort; False leaves a part as it is."""
+        if search is not None:
+            self.search = search
+        if only is not False:
+            self.only = only if isinstance(only, str) else None
+        if sort_key is not False:
+            self.sort_key = sort_key if isinstance(sort_key, str) else None
+        self._rebuild_view()
+        self._resize()
+
+    def view_text(self) -> str:
+        """The active filter and sort in words ("" when every row shows in arrival order)."""
+        parts = []
+        if self.only:
+            parts.append(f"only {self.only}")
+        if self.search:
+            parts.append(f"matching {self.search!r}")
+        if self.sort_key:
+            parts.append(f"sorted by {self.sort_key}")
+        if not parts:
+            return ""
+        return f"{len(self.ids)} of {len(self.order)} shown, " + ", ".join(parts)
 
     def _resize(self) -> None:
         self.virtual_size = Size(self.size.width, len(self.ids) + 1)
@@ -145,19 +213,24 @@ class PromptTable(ScrollView, can_focus=True):
     def apply(self, rows: Iterable[PromptRow]) -> None:
         """Take the changed rows: new ones are appended; then repaint what is on screen."""
         for row in rows:
+            known = row.prompt_id in self.rows
             self.rows[row.prompt_id] = row
-            if row.prompt_id not in self._index:
+            if not known:
                 self._append(row)
+        if self.view_active:
+            self._rebuild_view()
         self._resize()
 
     def replace(self, rows: Iterable[PromptRow]) -> None:
         """Show exactly these rows, in this order (keeping the cursor on its prompt)."""
         current = self.cursor_prompt()
-        self.ids, self._index, self.rows = [], {}, {}
+        self.ids, self.order, self._index, self.rows = [], [], {}, {}
         for row in rows:
             self.rows[row.prompt_id] = row
             self._append(row)
-        self.marked &= set(self.ids)
+        self.marked &= set(self.order)
+        if self.view_active:
+            self._rebuild_view()
         if current in self._index:
             self.cursor_row = self._index[current]
         self._resize()
@@ -178,6 +251,10 @@ class PromptTable(ScrollView, can_focus=True):
             return None
         return self.ids[min(self.cursor_row, len(self.ids) - 1)]
 
+    def cursor_row_data(self) -> PromptRow | None:
+        pid = self.cursor_prompt()
+        return None if pid is None else self.rows.get(pid)
+
     def move_to(self, prompt_id: str) -> None:
         self.cursor_row = self._index[prompt_id]
 
@@ -190,13 +267,23 @@ class PromptTable(ScrollView, can_focus=True):
         return [c.strip() for c in self._row_cells(self.rows[self.ids[index]])]
 
     # -- rendering ---------------------------------------------------------------------------
+    # Dropped first when the table is narrow: the prompt ID and its state always stay.
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("attempt", "next")
+
     def _widths(self) -> list[int]:
-        """Column widths: the prompt column fits the IDs but leaves the error column room."""
-        others = sum(width for key, _, width in self.COLUMNS if key not in ("prompt", "error"))
-        room = self.size.width - others - 16
-        prompt = max(8, min(self._id_width + 1, room))
-        widths = [prompt if key == "prompt" else width for key, _, width in self.COLUMNS]
-        widths[-1] = max(8, self.size.width - sum(widths[:-1]))
+        """Column widths. The prompt ID has priority: it is shown in full (up to 40 cells)
+        whenever the table is wide enough for it and the state; the optional columns are
+        dropped (width 0) before the ID is cut, and the error column takes what is left."""
+        total = self.size.width
+        fixed = {key: width for key, _, width in self.COLUMNS if key not in ("prompt", "error")}
+        prompt = self._id_width + 1
+        for key in self.OPTIONAL:
+            if key in fixed and sum(fixed.values()) + prompt + 16 > total:
+                fixed[key] = 0
+        prompt = max(8, min(prompt, total - sum(fixed.values()) - 4))
+        widths = [prompt if key == "prompt" else fixed.get(key, 0)
+                  for key, _, _ in self.COLUMNS]
+        widths[-1] = max(4, total - sum(widths[:-1]))
         return widths
 
     def _row_cells(self, row: PromptRow) -> list[str]:
