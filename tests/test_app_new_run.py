@@ -179,3 +179,86 @@ async def test_the_acknowledgement_is_readable_in_full(tmp_path: Path,
         # off by the pane even though the widget itself renders every word).
         assert "…" not in drawn and box.region.right <= size[0]
         assert " ".join(drawn.split()).endswith(label.split()[-1])
+
+
+async def test_advanced_settings_are_validated_and_reach_the_config(tmp_path: Path) -> None:
+    """Issue 13: backoff, timeouts, pacing, --max-new, headers and the key file in the form."""
+    release = write_release(tmp_path / "release", count=6)
+    key = tmp_path / "key.txt"
+    key.write_text("sk-secret-value-never-shown-0123456789")
+    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_form(app, pilot)
+        from textual.widgets import Collapsible
+
+        assert screen.query_one("#advanced", Collapsible).collapsed
+        await set_input(pilot, screen, "request_timeout_seconds", "0")
+        assert screen.plan is None
+        assert "greater than 0" in text_of(screen, "#err-request_timeout_seconds")
+        assert not screen.query_one("#advanced", Collapsible).collapsed  # the error shows
+        await set_input(pilot, screen, "request_timeout_seconds", "30")
+        await set_input(pilot, screen, "sleep_seconds", "-1")
+        assert "greater than or equal to 0" in text_of(screen, "#err-sleep_seconds")
+        await set_input(pilot, screen, "sleep_seconds", "slow")
+        assert text_of(screen, "#err-sleep_seconds") == "must be a number"
+        await set_input(pilot, screen, "sleep_seconds", "1.5")
+        await set_input(pilot, screen, "max_new", "-2")
+        assert "greater than or equal to 0" in text_of(screen, "#err-max_new")
+        await set_input(pilot, screen, "max_new", "4")
+        await set_input(pilot, screen, "retry_backoff_seconds", "700")
+        assert "less than or equal to 600" in text_of(screen, "#err-retry_backoff_seconds")
+        await set_input(pilot, screen, "retry_backoff_seconds", "3")
+        await set_input(pilot, screen, "max_backoff_seconds", "30")
+        await set_input(pilot, screen, "max_retry_after_seconds", "90")
+
+        await set_input(pilot, screen, "headers", "no colon")
+        assert "expected Name: value" in text_of(screen, "#err-headers")
+        await set_input(pilot, screen, "headers", "Authorization: Bearer x")
+        assert "looks like a credential" in text_of(screen, "#err-headers")
+        await set_input(pilot, screen, "headers", "X-Title: pqid; HTTP-Referer: https://x.org")
+
+        await set_input(pilot, screen, "api_key_file", str(tmp_path / "absent.txt"))
+        assert "no such file" in text_of(screen, "#err-api_key_file")
+        await set_input(pilot, screen, "api_key_file", str(key))
+        assert not screen.errors, screen.errors
+        assert screen.plan is not None
+        config = screen.plan.config
+        assert (config.request_timeout_seconds, config.sleep_seconds, config.max_new) == (
+            30.0, 1.5, 4)
+        assert (config.retry_backoff_seconds, config.max_backoff_seconds,
+                config.max_retry_after_seconds) == (3.0, 30.0, 90.0)
+        assert config.headers == {"X-Title": "pqid", "HTTP-Referer": "https://x.org"}
+        assert config.api_key_file == key
+        plan = text_of(screen, "#plan")
+        assert "1.5 s between request starts" in plan and "30.0 s" in plan
+        assert "HTTP-Referer, X-Title" in plan
+        # Only the path: the key's text is on no widget and in no config field.
+        assert "sk-secret" not in plan and "sk-secret" not in config.model_dump_json()
+        assert all("sk-secret" not in str(w.render()) for w in screen.query(Static))
+        assert all("sk-secret" not in w.value for w in screen.query(Input))
+
+
+async def test_the_plan_shows_the_cost_range_or_no_price(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: the app's plan had no cost estimate; it shows the batch plan's range."""
+    from engine.plan import build_plan
+
+    prices = tmp_path / "prices.json"
+    prices.write_text('{"_source": "test table", "llama": {"input": 1.0, "output": 2.0}}')
+    monkeypatch.setenv("PQID_TUI_PRICES", str(prices))
+    release = write_release(tmp_path / "release", count=6)
+    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_form(app, pilot)
+        assert "estimated cost" in text_of(screen, "#plan")
+        assert "oracle: no provider" in text_of(screen, "#plan")
+        screen.query_one("#provider", Select).value = "groq"
+        await pilot.pause()
+        await set_input(pilot, screen, "model", "llama")
+        assert screen.plan is not None
+        cost = build_plan(screen.plan.config).cost_estimate()
+        assert cost["usd_high"] > cost["usd_low"] > 0
+        assert f"${cost['usd_low']:.4f} to ${cost['usd_high']:.4f} USD" in text_of(
+            screen, "#plan")
+        await set_input(pilot, screen, "model", "unpriced-model")
+        assert "no price for unpriced-model" in text_of(screen, "#plan")

@@ -12,7 +12,17 @@ from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Select, Static
+from textual.widgets import (
+    Button,
+    Checkbox,
+    Collapsible,
+    Footer,
+    Header,
+    Input,
+    Label,
+    Select,
+    Static,
+)
 
 from engine.config import DEFAULT_CONCURRENCY, LiveRunConfig, make_config
 from engine.errors import ConfigError, PqidError
@@ -27,7 +37,18 @@ from pqid_tui.widgets.wrapping import WrappingCheckbox
 
 INPUT_FIELDS = ("model", "base_url", "temperature", "top_p", "max_output_tokens", "seed",
                 "extra_body", "limit", "prompt_ids", "concurrency", "max_retries",
-                "output_dir")
+                "output_dir", "retry_backoff_seconds", "max_backoff_seconds",
+                "max_retry_after_seconds", "request_timeout_seconds", "sleep_seconds",
+                "max_new", "headers", "api_key_file")
+# The advanced pacing fields: (field, label, default); each is a LiveRunConfig field.
+ADVANCED_NUMBERS = (
+    ("retry_backoff_seconds", "first backoff (s, doubles)", "2.0"),
+    ("max_backoff_seconds", "max backoff (s)", "60.0"),
+    ("max_retry_after_seconds", "max Retry-After (s)", "120.0"),
+    ("request_timeout_seconds", "request timeout (s)", "120.0"),
+    ("sleep_seconds", "pacing: s between starts", "0.0"),
+    ("max_new", "max new prompts (optional)", ""),
+)
 # Engine messages that name a setting by its flag rather than by its field.
 MESSAGE_FIELDS = (
     ("provider", ("unknown provider",)),
@@ -37,6 +58,8 @@ MESSAGE_FIELDS = (
     ("prompt_ids", ("--prompt-ids", "prompt-ids")),
     ("limit", ("the selection is empty",)),
     ("max_output_field", ("max-output-field",)),
+    ("headers", ("header ", "--header")),
+    ("api_key_file", ("--api-key-file", "api-key-file")),
 )
 
 
@@ -54,6 +77,19 @@ def field_for(message: str) -> str:
 def split_messages(message: str) -> list[str]:
     """One config error per field: `a: x; b: y` splits, `x; refused (...)` does not."""
     return re.split(r"; (?=[a-z][a-z_-]*: )", message)
+
+
+def parse_headers(text: str) -> tuple[dict[str, str], str]:
+    """`Name: value; Other: value` as a header dict, and an error ("" when well-formed)."""
+    out: dict[str, str] = {}
+    for item in (x.strip() for x in text.split(";")):
+        if not item:
+            continue
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            return {}, f"{item!r}: expected Name: value (separate headers with ;)"
+        out[name.strip()] = value.strip()
+    return out, ""
 
 
 class FormInput(Input):
@@ -180,6 +216,19 @@ prompts that were in flight when a run died (a possible extra paid draw).
                     yield from self._field("max retries", FormInput("3", id="max_retries"),
                                            "max_retries")
                 yield from self._field("output directory", FormInput(id="output_dir"), "output_dir")
+                with Collapsible(id="advanced", title="Advanced: backoff, timeouts, pacing, "
+                                 "headers, key file", collapsed=True):
+                    for i in range(0, len(ADVANCED_NUMBERS), 3):
+                        with Horizontal(classes="row"):
+                            for name, label, default in ADVANCED_NUMBERS[i:i + 3]:
+                                yield from self._field(label, FormInput(default, id=name), name)
+                    yield from self._field(
+                        "extra headers (optional, non-secret; Name: value; Other: value)",
+                        FormInput(id="headers", placeholder="X-Title: my-run"), "headers")
+                    yield from self._field(
+                        "API key file (optional; only the path is kept, the key is read when "
+                        "the run starts)", FormInput(id="api_key_file", placeholder="~/.keys/x"),
+                        "api_key_file")
                 with Vertical(id="resume-box"):
                     yield Static(id="resume-info")
                     yield Checkbox("resume the run in this directory", id="resume")
@@ -216,7 +265,9 @@ prompts that were in flight when a run died (a possible extra paid draw).
         current = app.run_config
         if current is not None and Path(str(current.output_dir)) == Path(run_dir):
             config = config.model_copy(update={
-                "concurrency": current.concurrency, "max_retries": current.max_retries})
+                "concurrency": current.concurrency, "max_retries": current.max_retries,
+                **{name: getattr(current, name) for name, _, _ in ADVANCED_NUMBERS},
+                "headers": current.headers, "api_key_file": current.api_key_file})
 
         def text(value: object) -> str:
             return "" if value is None else str(value)
@@ -230,7 +281,10 @@ prompts that were in flight when a run died (a possible extra paid draw).
             "limit": text(config.limit),
             "prompt_ids": ", ".join(config.prompt_ids) if config.prompt_ids else "",
             "concurrency": text(config.concurrency), "max_retries": text(config.max_retries),
-            "output_dir": str(run_dir)}
+            "output_dir": str(run_dir),
+            "headers": "; ".join(f"{k}: {v}" for k, v in config.headers.items()),
+            "api_key_file": text(config.api_key_file),
+            **{name: text(getattr(config, name)) for name, _, _ in ADVANCED_NUMBERS}}
         for name, value in values.items():
             self.query_one(f"#{name}", Input).value = value
         for name in ("no_auth", "omit_temperature", "omit_top_p"):
@@ -302,6 +356,15 @@ prompts that were in flight when a run died (a possible extra paid draw).
                 errors["extra_body"] = str(exc)
                 extra = {}
         ids = tuple(x for x in re.split(r"[,\s]+", self._value("prompt_ids")) if x) or None
+        headers, problem = parse_headers(self._value("headers"))
+        if problem:
+            errors["headers"] = problem
+        key_file: Path | None = None
+        if self._value("api_key_file"):
+            # Only the path: the key is read when the run starts, never shown or kept here.
+            key_file = Path(self._value("api_key_file")).expanduser()
+            if not key_file.is_file():
+                errors["api_key_file"] = f"{key_file}: no such file"
         field = self._select("max_output_field")
         fields = dict(
             release_dir=app.release_dir, output_dir=self.output_path(),
@@ -317,6 +380,12 @@ prompts that were in flight when a run died (a possible extra paid draw).
             limit=number("limit", int), prompt_ids=ids,
             concurrency=number("concurrency", int, DEFAULT_CONCURRENCY),
             max_retries=number("max_retries", int, 3),
+            retry_backoff_seconds=number("retry_backoff_seconds", float, 2.0),
+            max_backoff_seconds=number("max_backoff_seconds", float, 60.0),
+            max_retry_after_seconds=number("max_retry_after_seconds", float, 120.0),
+            request_timeout_seconds=number("request_timeout_seconds", float, 120.0),
+            sleep_seconds=number("sleep_seconds", float, 0.0),
+            max_new=number("max_new", int), headers=headers, api_key_file=key_file,
             acknowledge_prompt_export=self._checked("acknowledge"),
             resume=self._checked("resume"), retry_errors=self._checked("retry_errors"),
             retry_uncertain=self._checked("retry_uncertain"))
@@ -333,7 +402,9 @@ prompts that were in flight when a run died (a possible extra paid draw).
         elif not errors:
             try:
                 config = make_config(**fields)
-                self.plan = build_plan(config, app.release)
+                plan = build_plan(config, app.release)
+                plan.cost_estimate()  # a price table that cannot be read: say so here
+                self.plan = plan
             except PqidError as exc:
                 for part in split_messages(str(exc)):
                     errors.setdefault(field_for(part), part)
@@ -346,6 +417,9 @@ prompts that were in flight when a run died (a possible extra paid draw).
                     errors.setdefault(field_for(str(exc)), str(exc))
         self._check_output_dir(fields, errors)
         self.errors = errors
+        advanced = {"headers", "api_key_file", *(n for n, _, _ in ADVANCED_NUMBERS)}
+        if advanced & set(errors):
+            self.query_one("#advanced", Collapsible).collapsed = False  # show the error
         for name in (*INPUT_FIELDS, "provider", "split", "max_output_field", ""):
             self._set_text(f"err-{name or 'general'}", errors.get(name, ""))
         self._show_acknowledgement()
@@ -466,11 +540,18 @@ prompts that were in flight when a run died (a possible extra paid draw).
         line("seed", contract["seed"] if contract["seed"] is not None else "none")
         line("extra body", json.dumps(contract["extra_body"], sort_keys=True))
         line("credential", d["credential"])
+        line("estimated cost", cost_text(d["cost_estimate"]))
         line("output dir", d["output_dir"])
         line("concurrency", d["concurrency"])
         policy = d["retry_policy"]
         line("retries", f"{policy['max_retries']}, backoff {policy['retry_backoff_seconds']} s "
-             f"doubling to {policy['max_backoff_seconds']} s")
+             f"doubling to {policy['max_backoff_seconds']} s, Retry-After up to "
+             f"{policy['max_retry_after_seconds']} s")
+        line("request timeout", f"{policy['request_timeout_seconds']} s")
+        line("pacing", f"{self.plan.config.sleep_seconds} s between request starts")
+        line("max new prompts", self.plan.config.max_new if self.plan.config.max_new is not None
+             else "no limit")
+        line("extra headers", ", ".join(d["route"]["headers"]) or "none")
         line("target metadata sent", "no (evaluator only)")
         return text
 
@@ -514,6 +595,15 @@ prompts that were in flight when a run died (a possible extra paid draw).
 
     def palette_commands(self) -> list[SystemCommand]:
         return [SystemCommand("run: start", "Start the planned run", self.action_start)]
+
+
+def cost_text(cost: dict[str, Any]) -> str:
+    """The plan's cost range as the batch plan has it, or why there is none."""
+    price = cost.get("price")
+    if cost.get("usd_low") is None or cost.get("usd_high") is None:
+        return f"{price} (no estimate)" if isinstance(price, str) else "no price"
+    where = f" ({price})" if isinstance(price, str) else ""
+    return f"${cost['usd_low']:.4f} to ${cost['usd_high']:.4f} USD{where}"
 
 
 def study_text(trace: dict[str, Any]) -> str:

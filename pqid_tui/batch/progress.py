@@ -1,0 +1,123 @@
+"""A single updating progress line for `--batch run-model` when stderr is a terminal.
+
+Logs and pipes keep one line per request start and end (run_model.ProgressPrinter); a
+person at a terminal gets one line that is redrawn in place: a bar, the count of prompts in
+each state, requests per second and the time left at that rate.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from pqid_tui.textsafe import escape_controls
+
+if TYPE_CHECKING:
+    from engine.events import Event
+
+# The states shown on the line, in this order (prompts this invocation sends).
+SHOWN = ("in_flight", "retrying", "saving", "success", "error", "uncertain")
+LABELS = {"in_flight": "sending", "retrying": "retrying", "saving": "saving",
+          "success": "ok", "error": "error", "uncertain": "uncertain"}
+BAR_WIDTH = 20
+REDRAW_SECONDS = 0.1
+
+
+def wants_live_line(stream: Any) -> bool:
+    """True when `stream` is a terminal (a pipe, a file or a test's buffer is not)."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (OSError, ValueError):
+        return False
+
+
+class LiveProgress:
+    """Redraws one stderr line as prompts change state; prints the start and end lines."""
+
+    def __init__(self, stream: Any = None, clock: Any = time.monotonic) -> None:
+        self.stream = stream or sys.stderr
+        self.clock = clock
+        self.t0 = clock()
+        self.total = 0
+        self.states: dict[str, str] = {}  # prompt -> state, prompts this invocation sent
+        self.finished = 0  # prompts whose request has ended (answered or failed for good)
+        self._drawn_at = 0.0
+        self._drawn = False
+
+    def __call__(self, event: Event) -> None:
+        from engine.events import BatchPolled, PromptStateChanged, RunFinished, RunStarted
+
+        if isinstance(event, RunStarted):
+            self.total = event.to_send
+            self._line(f"run {event.provider}/{escape_controls(event.model)}: "
+                       f"{event.selected} selected, {event.to_send} to send, "
+                       f"{event.skipped} skipped -> {event.run_dir}")
+        elif isinstance(event, PromptStateChanged):
+            pid = event.prompt_id
+            if event.state == "in_flight" or pid in self.states:
+                before = self.states.get(pid)
+                self.states[pid] = event.state
+                ended = ("saving", "success", "error")
+                if event.state in ended and before not in ended:
+                    self.finished += 1
+                elif event.state not in ended and before in ended:
+                    self.finished -= 1  # sent again (a retry after saving failed)
+                self._draw(force=event.state in ("success", "error"))
+        elif isinstance(event, BatchPolled):
+            self._line(f"batch {escape_controls(event.batch_id)}: {escape_controls(event.status)}"
+                       f", {event.completed}/{event.total} done, {event.failed} failed")
+        elif isinstance(event, RunFinished):
+            self._draw(force=True)
+            s = event.summary
+            self._line(f"done in {self.clock() - self.t0:.1f}s: {s.get('success')} success, "
+                       f"{s.get('error')} error, {s.get('pending')} pending, "
+                       f"{s.get('uncertain')} uncertain")
+
+    def render(self) -> str:
+        """The progress line's text (no control sequences)."""
+        total = max(self.total, len(self.states))
+        done = min(self.finished, total)
+        filled = BAR_WIDTH * done // total if total else BAR_WIDTH
+        bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+        counts = {state: 0 for state in SHOWN}
+        for state in self.states.values():
+            if state in counts:
+                counts[state] += 1
+        queued = max(0, total - len(self.states))
+        parts = [f"queued {queued}"] + [f"{LABELS[s]} {n}" for s, n in counts.items() if n]
+        elapsed = max(self.clock() - self.t0, 1e-9)
+        rate = done / elapsed
+        eta = "ETA --" if rate <= 0 or done >= total else \
+            f"ETA {duration((total - done) / rate)}"
+        return (f"[{bar}] {done}/{total}  " + "  ".join(parts)
+                + f"  {rate:.2f} req/s  {eta}")
+
+    def _draw(self, force: bool = False) -> None:
+        now = self.clock()
+        if not force and self._drawn and now - self._drawn_at < REDRAW_SECONDS:
+            return
+        self._drawn_at = now
+        self._drawn = True
+        # Carriage return and erase-line: the line is redrawn in place.
+        self.stream.write("\r\x1b[K" + self.render())
+        self.stream.flush()
+
+    def _line(self, text: str) -> None:
+        if self._drawn:
+            self.stream.write("\r\x1b[K")  # the bar's line becomes this line
+            self._drawn = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
