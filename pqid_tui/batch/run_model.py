@@ -244,6 +244,13 @@ class ProgressPrinter:
         print(text, file=self.stream, flush=True)
 
 
+def make_progress(stream: Any) -> Any:
+    """One updating line on a terminal; one line per request start and end elsewhere."""
+    from pqid_tui.batch.progress import LiveProgress, wants_live_line
+
+    return LiveProgress(stream) if wants_live_line(stream) else ProgressPrinter(stream)
+
+
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.dry_run:
@@ -257,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         return 0
-    progress = None if args.quiet else ProgressPrinter()
+    progress = None if args.quiet else make_progress(sys.stderr)
     if config.batch_api:
         from engine.batch_api import run_batch_api
 
