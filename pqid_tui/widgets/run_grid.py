@@ -179,8 +179,8 @@ class PromptTable(ScrollView, can_focus=True):
         if current in self._index:
             self.cursor_row = self._index[current]
 
-    def set_view(self, *, search: str | None = None, only: str | None | bool = False,
-                 sort_key: str | None | bool = False) -> None:
+    def set_view(self, *, search: str | None = None, only: str | bool | None = False,
+                 sort_key: str | bool | None = False) -> None:
         """Change the filter (`search`, `only`) or the sort; False leaves a part as it is."""
         if search is not None:
             self.search = search
