@@ -50,6 +50,7 @@ from engine.evaluations import (
     metrics_for,
     paired,
     qiskit_version,
+    render_as,
     summarize,
     table,
     to_csv,
@@ -73,15 +74,8 @@ class Comparison:
         return bool(self.data["publishable"])
 
     def render(self, fmt: str = "text") -> str:
-        if fmt == "json":
-            return json.dumps(self.data, indent=2, sort_keys=True) + "\n"
-        if fmt == "text":
-            return _render_text(self.data)
-        if fmt == "markdown":
-            return _render_markdown(self.data)
-        if fmt == "csv":
-            return _render_csv(self.data)
-        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+        return render_as(self.data, fmt, {"text": _render_text, "markdown": _render_markdown,
+                                          "csv": _render_csv})
 
 
 EnvKey = tuple[tuple[str, str | None], ...]

@@ -23,7 +23,7 @@ import io
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -489,3 +489,14 @@ def render_summary(summary: Mapping[str, Any], fmt: str) -> str:
         return renderers[fmt](summary)
     except KeyError:
         raise ValueError(f"unknown format {fmt!r}") from None
+
+
+def render_as(data: Mapping[str, Any], fmt: str,
+              renderers: Mapping[str, Callable[[Mapping[str, Any]], str]]) -> str:
+    """One result in one of the batch formats: JSON, or the named text renderer."""
+    if fmt == "json":
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+    renderer = renderers.get(fmt)
+    if renderer is None:
+        raise ValueError(f"unknown format {fmt!r}; expected one of json, {', '.join(renderers)}")
+    return renderer(data)

@@ -25,6 +25,7 @@ from engine.evaluations import (
     md_table,
     metrics_for,
     rate,
+    render_as,
     summarize,
     table,
     to_csv,
@@ -64,15 +65,8 @@ class Reproduction:
         return not any(not c["agree"] for c in self.data["checks"])
 
     def render(self, fmt: str = "text") -> str:
-        if fmt == "json":
-            return json.dumps(self.data, indent=2, sort_keys=True) + "\n"
-        if fmt == "text":
-            return _render_text(self.data)
-        if fmt == "markdown":
-            return _render_markdown(self.data)
-        if fmt == "csv":
-            return _render_csv(self.data)
-        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+        return render_as(self.data, fmt, {"text": _render_text, "markdown": _render_markdown,
+                                          "csv": _render_csv})
 
 
 def _totals(cells: Sequence[Mapping[str, Any]], metrics: Sequence[tuple[str, str, str]],
