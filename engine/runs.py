@@ -7,6 +7,7 @@ The app and the batch mode share these; nothing here imports the UI.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import Counter
@@ -333,6 +334,10 @@ class RunProgress:
     started_at: float | None = None
     finished_at: float | None = None
     summary: dict[str, Any] | None = None
+    paused_seconds: float = 0.0  # time spent paused during this invocation, ended pauses
+    paused_since: float | None = None  # when the current pause began (None: not paused)
+    # The wall time of the last invocation read from the run directory (a run not running).
+    recorded_elapsed: float | None = None
     _dirty: dict[str, None] = field(default_factory=dict)
 
     def _row(self, prompt_id: str) -> PromptRow:
@@ -375,11 +380,23 @@ class RunProgress:
                                                          event.skipped)
             self.started_at, self.finished_at, self.summary = self.clock(), None, None
             self.requests = self.finished_prompts = self.tokens = 0
+            self.paused_seconds, self.paused_since = 0.0, None
             for pid in event.prompt_ids:
                 self._row(pid)
         elif isinstance(event, RunFinished):
+            self.resumed()
             self.finished_at = self.clock()
             self.summary = dict(event.summary)
+
+    def paused(self) -> None:
+        """Sending was paused: the clock of rates and ETA stops until `resumed`."""
+        if self.paused_since is None and self.running:
+            self.paused_since = self.clock()
+
+    def resumed(self) -> None:
+        if self.paused_since is not None:
+            self.paused_seconds += max(0.0, self.clock() - self.paused_since)
+            self.paused_since = None
 
     def take_dirty(self) -> list[PromptRow]:
         """The rows changed since the last call, in first-change order."""
@@ -395,13 +412,24 @@ class RunProgress:
 
     @property
     def elapsed(self) -> float:
+        """Wall time of this invocation, pauses included."""
         if self.started_at is None:
             return 0.0
         return max(0.0, (self.finished_at or self.clock()) - self.started_at)
 
     @property
+    def sending_seconds(self) -> float:
+        """Wall time of this invocation while not paused: what rates and the ETA use, so
+        neither drifts while nothing is sent."""
+        if self.started_at is None:
+            return 0.0
+        end = self.paused_since or self.finished_at or self.clock()
+        return max(0.0, end - self.started_at - self.paused_seconds)
+
+    @property
     def requests_per_second(self) -> float:
-        return self.requests / self.elapsed if self.elapsed > 0 else 0.0
+        sending = self.sending_seconds
+        return self.requests / sending if sending > 0 else 0.0
 
     @property
     def eta_seconds(self) -> float | None:
@@ -412,9 +440,10 @@ class RunProgress:
         if remaining == 0:
             return 0.0
         done = self.finished_prompts
-        if done == 0 or self.elapsed <= 0:
+        sending = self.sending_seconds
+        if done == 0 or sending <= 0:
             return None
-        return remaining * self.elapsed / done
+        return remaining * sending / done
 
     def queue(self) -> list[PromptRow]:
         """Prompts being retried, ended in a terminal error, or uncertain."""
@@ -437,6 +466,9 @@ class RunProgress:
             note = response_note(responses[pid]) if pid in responses else None
             progress.set_state(pid, s.state, s.attempts, s.last_error, note=note)
         progress.requests = len(run.read_attempts())
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            summary = json.loads(run.summary_path.read_text())
+            progress.recorded_elapsed = float(summary["elapsed_seconds"])
         for r in responses.values():
             total = (r.get("usage") or {}).get("total_tokens")
             if isinstance(total, int):

@@ -124,6 +124,20 @@ def test_monitor_final_state(snap_compare: Any, place: Path) -> None:
     assert snap_compare(app_with_runs(place), terminal_size=SIZE, run_before=before)
 
 
+def test_monitor_at_80_columns_filtered_to_errors(snap_compare: Any, place: Path) -> None:
+    """The same monitor in an 80-column terminal after `f`: the retry queue under the grid,
+    the grid showing only ghz_04 ("1 of 6 shown, only error"), and under it the error of the
+    row under the cursor in full."""
+    async def before(pilot: Any) -> None:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        await pilot.press("f")
+        await settle(pilot)
+
+    assert snap_compare(app_with_runs(place), terminal_size=(80, 30), run_before=before)
+
+
 def test_retry_uncertain_confirmation(snap_compare: Any, place: Path) -> None:
     """The confirmation before resending an uncertain prompt: it names the groq route and
     explains the possible extra paid draw and that the uncertain attempt stays in history."""

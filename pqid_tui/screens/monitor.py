@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header, Static
+from textual.message import Message
+from textual.widgets import Footer, Header, Input, Static
 
 from engine.errors import PqidError
 from engine.runs import RunProgress, resume_config
@@ -34,6 +35,27 @@ def clock_text(seconds: float | None) -> str:
     return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
+# Below this width the retry queue goes under the grid, so prompt IDs keep their width.
+NARROW_COLUMNS = 120
+
+
+class FilterInput(Input):
+    """The grid's search field: Enter keeps the filter, Escape clears it."""
+
+    class Closed(Message):
+        def __init__(self, keep: bool) -> None:
+            super().__init__()
+            self.keep = keep
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key in ("escape", "enter", "down"):
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.Closed(keep=event.key != "escape"))
+            return
+        await super()._on_key(event)
+
+
 class MonitorScreen(AppScreen):
     """One run's prompts, live while it runs, final when it does not."""
 
@@ -42,26 +64,35 @@ class MonitorScreen(AppScreen):
 
 Every prompt of the run with its state: *pending*, *in flight*, *retrying* (with the time
 of its next attempt), *success*, *error* (terminal) or *uncertain* (in flight when an
-earlier run stopped). The retry queue on the right lists the prompts that are waiting for a
+earlier run stopped). The retry queue on the right (under the grid in a terminal narrower
+than 120 columns) lists the prompts that are waiting for a
 backoff, ended in an error, or are uncertain, each with its last error.
 
 * **p** pauses or resumes sending (requests in flight finish); **s** stops the run cleanly:
   it stays resumable. On a run that is not running, **p** resumes it: it sends the pending
   prompts (with the settings of this session's run, else the run's manifest); **n** opens
   the New run form filled from the run's manifest, to resume with other pacing.
+* **/** filters the grid: rows whose prompt ID or error contains the text (Enter keeps
+  the filter, Escape clears it); **f** shows every row, then only errors, only uncertain,
+  only retrying; **o** sorts by arrival, state (what needs attention first), prompt ID,
+  attempts. The line under the grid shows the whole last error of the row under the cursor.
 * **space** marks prompts; **r** retries the marked ones (or the one under the cursor),
   **e** retries every terminal error, **u** the uncertain ones after a confirmation.
   Each is a resume of this run directory that sends only those prompts.
-* **enter** opens the payload inspector of the prompt under the cursor.
+* **enter** (or **i**) opens the payload inspector of the prompt under the cursor.
 """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("p", "toggle_pause", "Pause/resume"),
+        Binding("p", "toggle_pause", "Pause"),
         Binding("s", "stop", "Stop"),
-        Binding("space", "mark", "Mark", show=False),
-        Binding("r", "retry_selected", "Retry selected"),
+        Binding("space", "mark", "Mark"),
+        Binding("slash", "filter", "Filter"),
+        Binding("f", "only", "Only"),
+        Binding("o", "sort", "Sort"),
+        Binding("r", "retry_selected", "Retry"),
         Binding("e", "retry_errors", "Retry errors"),
         Binding("u", "retry_uncertain", "Retry uncertain"),
-        Binding("i", "inspect", "Inspect"),
+        # Shown on the help screen; the footer is full (enter also inspects).
+        Binding("i", "inspect", "Inspect", show=False),
         Binding("n", "edit_resume", "Resume in form", show=False),  # the footer is full
         Binding("tab", "focus_next", "Grid/queue", show=False),
         Binding("escape", "back", "Back"),
@@ -78,6 +109,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
         # What earlier invocations shown in this monitor did (a retry or resume adds to them).
         self._base_requests = 0
         self._base_tokens = 0
+        self._base_elapsed = 0.0
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -86,8 +118,11 @@ backoff, ended in an error, or are uncertain, each with its last error.
             yield Static(id="run-stats")
             with Horizontal(id="tables"):
                 with Vertical(id="grid-pane"):
-                    yield Static("Prompts", classes="section-title")
+                    yield Static("Prompts", id="grid-title", classes="section-title")
                     yield RunGrid(id="grid")
+                    yield FilterInput(placeholder="filter: part of a prompt ID or an error",
+                                      id="grid-filter")
+                    yield Static(id="row-detail")
                 with Vertical(id="queue-pane"):
                     yield Static("Retry queue", classes="section-title")
                     yield RetryQueue(id="queue")
@@ -107,6 +142,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
         if progress is not self.progress:
             self._base_requests += self.progress.requests
             self._base_tokens += self.progress.tokens
+            self._base_elapsed += self.progress.elapsed
         self.progress, self.live, self.ended = progress, live, None
         for row in list(self.progress.rows.values()):
             self.progress.set_state(row.prompt_id, row.state, row.attempt, row.error,
@@ -128,6 +164,41 @@ backoff, ended in an error, or are uncertain, each with its last error.
                 self.query_one(RunGrid).apply(rows)
                 self.query_one(RetryQueue).apply(rows, self.progress.queue)
         self.show_stats()
+        if rows:
+            self.show_detail()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.query_one("#tables").set_class(event.size.width < NARROW_COLUMNS, "narrow")
+
+    def show_view(self) -> None:
+        grid = self.query_one(RunGrid)
+        view = grid.view_text()
+        self.query_one("#grid-title", Static).update(
+            Text("Prompts") + (plain(f"  ({view})") if view else Text()))
+
+    def show_detail(self) -> None:
+        """The whole state and last error of the row under the focused table's cursor."""
+        row = self._focused_table().cursor_row_data()
+        text = Text()
+        if row is not None:
+            text.append_text(plain(row.prompt_id))
+            text.append(f"  {row.state.replace('_', ' ')}")
+            if row.attempt:
+                text.append(f"  attempt {row.attempt}")
+            message = row.error if row.state != "success" else row.note
+            if message:
+                text.append("\n")
+                text.append_text(plain(message))
+        self.query_one("#row-detail", Static).update(text)
+
+    @on(PromptTable.CursorMoved)
+    def _cursor_moved(self, event: PromptTable.CursorMoved) -> None:
+        if event.table is self._focused_table():
+            self.show_detail()
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if isinstance(event.widget, PromptTable):
+            self.show_detail()
 
     def status_word(self) -> str:
         app: Any = self.app
@@ -176,7 +247,15 @@ backoff, ended in an error, or are uncertain, each with its last error.
         stats.append(f"  {p.requests_per_second:.1f} req/s  "
                      f"tokens {self._base_tokens + p.tokens:,}  ")
         if p.started_at is not None:
-            stats.append(f"elapsed {clock_text(p.elapsed)}  ETA {clock_text(p.eta_seconds)}")
+            stats.append(f"elapsed {clock_text(self._base_elapsed + p.elapsed)}")
+            if self._base_elapsed:
+                stats.append(f" ({clock_text(p.elapsed)} in this resume)")
+            if p.paused_since is not None:
+                stats.append(f"  ETA {clock_text(p.eta_seconds)} after resuming (paused)")
+            else:
+                stats.append(f"  ETA {clock_text(p.eta_seconds)}")
+        elif p.recorded_elapsed is not None:
+            stats.append(f"elapsed {clock_text(p.recorded_elapsed)} (its last invocation)")
         else:
             stats.append("elapsed —  ETA —")
         self.query_one("#run-stats", Static).update(stats)
@@ -209,9 +288,11 @@ backoff, ended in an error, or are uncertain, each with its last error.
             return
         if control.paused:
             control.resume()
+            self.progress.resumed()
             self.notify("Resumed: sending again.")
         else:
             control.pause()
+            self.progress.paused()
             self.notify("Paused: requests in flight finish; no new ones start.")
         self.show_stats()
 
@@ -252,6 +333,43 @@ backoff, ended in an error, or are uncertain, each with its last error.
         if isinstance(focused, RunGrid | RetryQueue):
             return focused
         return self.query_one(RunGrid)
+
+    def action_filter(self) -> None:
+        field = self.query_one(FilterInput)
+        field.value = self.query_one(RunGrid).search
+        field.add_class("open")
+        field.focus()
+
+    @on(Input.Changed, "#grid-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.query_one(RunGrid).set_view(search=event.value)
+        self.show_view()
+        self.show_detail()
+
+    @on(FilterInput.Closed)
+    def _filter_closed(self, event: FilterInput.Closed) -> None:
+        field = self.query_one(FilterInput)
+        if not event.keep:
+            field.value = ""
+            self.query_one(RunGrid).set_view(search="")
+            self.show_view()
+        field.remove_class("open")
+        self.query_one(RunGrid).focus()
+        self.show_detail()
+
+    def action_only(self) -> None:
+        grid = self.query_one(RunGrid)
+        grid.cycle_only()
+        grid.focus()
+        self.show_view()
+        self.show_detail()
+
+    def action_sort(self) -> None:
+        grid = self.query_one(RunGrid)
+        grid.cycle_sort()
+        grid.focus()
+        self.show_view()
+        self.show_detail()
 
     def action_mark(self) -> None:
         table = self._focused_table()
@@ -383,5 +501,11 @@ backoff, ended in an error, or are uncertain, each with its last error.
                             self.action_retry_errors)
         yield SystemCommand("run: retry uncertain", "Resend the uncertain prompts (a possible "
                             "extra paid draw)", self.action_retry_uncertain)
+        yield SystemCommand("grid: filter", "Show the rows whose prompt ID or error contains "
+                            "a text", self.action_filter)
+        yield SystemCommand("grid: only errors, uncertain, retrying", "Cycle which rows show",
+                            self.action_only)
+        yield SystemCommand("grid: sort", "Cycle the order: arrival, state, prompt ID, attempts",
+                            self.action_sort)
         yield SystemCommand("run: inspect payload", "Open the payload inspector",
                             self.action_inspect)

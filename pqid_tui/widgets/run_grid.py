@@ -104,6 +104,17 @@ class PromptTable(ScrollView, can_focus=True):
         def control(self) -> PromptTable:
             return self.table
 
+    class CursorMoved(Message):
+        """The cursor is on another row, or the rows under it changed."""
+
+        def __init__(self, table: PromptTable) -> None:
+            super().__init__()
+            self.table = table
+
+        @property
+        def control(self) -> PromptTable:
+            return self.table
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.ids: list[str] = []  # the rows shown, in display order
@@ -146,6 +157,8 @@ class PromptTable(ScrollView, can_focus=True):
             self.ids.append(row.prompt_id)
 
     # -- filter, search, sort ------------------------------------------------------------------
+    SORT_CYCLE: ClassVar[tuple[str | None, ...]] = (None, "state", "prompt", "attempts")
+    ONLY_CYCLE: ClassVar[tuple[str | None, ...]] = (None, "error", "uncertain", "retrying")
     SORTS: ClassVar[dict[str, Callable[[PromptRow], tuple[object, ...]]]] = {
         "prompt": lambda r: (r.prompt_id,),
         "state": lambda r: (STATE_ORDER.get(r.state, 99), r.prompt_id),
@@ -190,6 +203,16 @@ class PromptTable(ScrollView, can_focus=True):
             self.sort_key = sort_key if isinstance(sort_key, str) else None
         self._rebuild_view()
         self._resize()
+
+    def cycle_sort(self) -> None:
+        """Arrival order, then by state (what needs attention first), ID, attempts."""
+        cycle = self.SORT_CYCLE
+        self.set_view(sort_key=cycle[(cycle.index(self.sort_key) + 1) % len(cycle)] or None)
+
+    def cycle_only(self) -> None:
+        """Every row, then only errors, only uncertain, only retrying."""
+        cycle = self.ONLY_CYCLE
+        self.set_view(only=cycle[(cycle.index(self.only) + 1) % len(cycle)] or None)
 
     def view_text(self) -> str:
         """The active filter and sort in words ("" when every row shows in arrival order)."""
@@ -325,6 +348,7 @@ class PromptTable(ScrollView, can_focus=True):
 
     # -- cursor and mouse --------------------------------------------------------------------
     def watch_cursor_row(self, row: int) -> None:
+        self.post_message(self.CursorMoved(self))
         visible = max(1, self.size.height - 1)
         top = int(self.scroll_offset.y)
         if row < top:
