@@ -103,3 +103,67 @@ def test_the_line_counts_states_rate_and_eta() -> None:
     assert "0.50 req/s" in line and "ETA 6s" in line, line
     live(PromptStateChanged("zz", "skipped"))  # not sent by this invocation: not counted
     assert "1/4" in live.render()
+
+
+class TerminalBuffer:
+    """What a terminal receives, for the progress classes that ask `isatty()`."""
+
+    def __init__(self, tty: bool = True) -> None:
+        self.text = ""
+        self.tty = tty
+
+    def write(self, data: str) -> int:
+        self.text += data
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_replay_on_a_terminal_is_one_line_of_counts_not_one_per_prompt() -> None:
+    from engine.events import EvaluationFinished, ImageReady, ReplayFinished
+    from pqid_tui.batch.progress import replay_progress
+
+    stream = TerminalBuffer()
+    now = [0.0]
+    progress = replay_progress(stream)
+    progress.clock = lambda: now[0]
+    progress.t0 = 0.0
+    progress(ImageReady("pqid-evaluator:x", built=False))
+    categories = ["success"] * 150 + ["syntax_error"] * 4
+    for i, category in enumerate(categories):
+        now[0] += 0.1
+        progress(EvaluationFinished(f"p{i}", category, i, 154))
+    progress(ReplayFinished("/tmp/out", {"success": 150, "syntax_error": 4}))
+    lines = [line for line in stream.text.split("\n") if line]
+    assert lines[0] == "image pqid-evaluator:x reused"
+    assert lines[-1].split("\r\x1b[K")[-1].startswith("done in 15.4s: 150 success, 4 "), lines
+    assert len(lines) == 2, lines
+    frames = [f for f in stream.text.split("\r\x1b[K") if f.startswith("[")]
+    assert "154/154 prompts" in frames[-1] and "success 150  syntax_error 4" in frames[-1]
+    # A pipe keeps one line per prompt.
+    pipe = TerminalBuffer(tty=False)
+    plain = replay_progress(pipe)
+    plain(EvaluationFinished("p0", "success", 0, 154))
+    assert pipe.text == "[1/154] p0: success\n"
+
+
+def test_rescore_on_a_terminal_redraws_cells_and_keeps_a_line_per_model() -> None:
+    from engine.rescore import RescoreProgress
+    from pqid_tui.batch.progress import rescore_progress
+
+    stream = TerminalBuffer()
+    progress = rescore_progress(stream)
+    for model in ("model-a", "model-b"):
+        for i in range(154):
+            done = (0 if model == "model-a" else 154) + i + 1
+            progress(RescoreProgress(model, f"p{i}", done, 308, i + 1, 154))
+    lines = [line.split("\r\x1b[K")[-1] for line in stream.text.split("\n") if line]
+    assert [line.split(" (")[0] for line in lines] == [
+        "model-a: 154 cells scored", "model-b: 154 cells scored"], lines
+    frames = [f for f in stream.text.split("\r\x1b[K") if f.startswith("[")]
+    assert any("model-a 1/154" in f for f in frames) and any("model-b 1/154" in f for f in frames)
+    assert "308/308 cells" in frames[-1]

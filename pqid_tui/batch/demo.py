@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pqid_tui.batch.replay import ReplayProgress
-from pqid_tui.batch.run_model import ProgressPrinter
+from pqid_tui.batch.progress import replay_progress
+from pqid_tui.batch.run_model import make_progress
 
 LOCAL_BASE_IMAGE = "pqid-base:bookworm"
 LOCAL_WHEELHOUSE = Path(".ci/wheelhouse")
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     summary = run_live_model(
         make_config(release_dir=release_dir, output_dir=out, provider="oracle",
                     model="reference", resume=resume),
-        progress=None if args.quiet else ProgressPrinter()).to_dict()
+        progress=None if args.quiet else make_progress(sys.stderr)).to_dict()
     if summary["success"] != summary["selected"]:
         print(json.dumps(summary, indent=2), file=sys.stderr)
         return 1
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     result = replay(release_dir, out / "responses.jsonl", out / "evaluation",
                     acknowledge_code_execution=True, build_image=True, base_image=base_image,
                     wheelhouse=wheelhouse, overwrite=True,
-                    progress=None if args.quiet else ReplayProgress())
+                    progress=None if args.quiet else replay_progress(sys.stderr))
     evaluations = out / "evaluation" / "pqid_bench_canonical_evaluations.jsonl"
     say("3/3 compare with the frozen matrix")
     comparison = compare(load_release(release_dir), evaluations,

@@ -1,8 +1,9 @@
-"""A single updating progress line for `--batch run-model` when stderr is a terminal.
+"""A single updating progress line for the batch commands when stderr is a terminal.
 
-Logs and pipes keep one line per request start and end (run_model.ProgressPrinter); a
-person at a terminal gets one line that is redrawn in place: a bar, the count of prompts in
-each state, requests per second and the time left at that rate.
+Logs and pipes keep one line per event (a request's start and end, a prompt replayed, every
+50th cell rescored); a person at a terminal gets one line that is redrawn in place: a bar,
+the counts, the rate and the time left at that rate. `run-model` uses LiveProgress;
+`replay-docker`, `demo` and `rescore` use a CountLine.
 """
 
 from __future__ import annotations
@@ -121,3 +122,122 @@ def duration(seconds: float) -> str:
         return f"{minutes}m{seconds:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+class CountLine:
+    """One redrawn line for work counted in items (replayed prompts, rescored cells): a bar,
+    done/total, the count per outcome, the rate and the time left; permanent lines above it."""
+
+    def __init__(self, stream: Any = None, clock: Any = time.monotonic,
+                 unit: str = "items") -> None:
+        self.stream = stream or sys.stderr
+        self.clock = clock
+        self.unit = unit
+        self.t0 = clock()
+        self.done = 0
+        self.total = 0
+        self.counts: dict[str, int] = {}
+        self.detail = ""
+        self._drawn_at = 0.0
+        self._drawn = False
+
+    def count(self, outcome: str | None, total: int, detail: str = "") -> None:
+        """One item ended (with `outcome`, if it has one worth counting)."""
+        self.done += 1
+        self.total = total
+        if outcome:
+            self.counts[outcome] = self.counts.get(outcome, 0) + 1
+        self.detail = detail
+        self.draw(force=self.done >= total)
+
+    def render(self) -> str:
+        total = max(self.total, self.done)
+        filled = BAR_WIDTH * self.done // total if total else BAR_WIDTH
+        bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+        elapsed = max(self.clock() - self.t0, 1e-9)
+        rate = self.done / elapsed
+        eta = "ETA --" if rate <= 0 or self.done >= total else \
+            f"ETA {duration((total - self.done) / rate)}"
+        counts = "  ".join(f"{k} {v}" for k, v in sorted(self.counts.items(),
+                                                          key=lambda kv: -kv[1]))
+        text = f"[{bar}] {self.done}/{total} {self.unit}"
+        if counts:
+            text += f"  {counts}"
+        text += f"  {rate:.1f}/s  {eta}"
+        if self.detail:
+            text += f"  {escape_controls(self.detail)}"
+        return text
+
+    def draw(self, force: bool = False) -> None:
+        now = self.clock()
+        if not force and self._drawn and now - self._drawn_at < REDRAW_SECONDS:
+            return
+        self._drawn_at = now
+        self._drawn = True
+        self.stream.write("\r\x1b[K" + self.render())
+        self.stream.flush()
+
+    def line(self, text: str) -> None:
+        """A permanent line; the progress line is drawn again under it on the next count."""
+        if self._drawn:
+            self.stream.write("\r\x1b[K")
+            self._drawn = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+class LiveReplayProgress(CountLine):
+    """`replay-docker` and `demo` on a terminal: image lines, then one line of counts."""
+
+    def __init__(self, stream: Any = None, clock: Any = time.monotonic) -> None:
+        super().__init__(stream, clock, unit="prompts")
+
+    def __call__(self, event: Event) -> None:
+        from engine.events import EvaluationFinished, ImageBuildLog, ImageReady, ReplayFinished
+
+        if isinstance(event, ImageBuildLog):
+            self.line(f"image: {escape_controls(event.line)}")
+        elif isinstance(event, ImageReady):
+            self.line(f"image {event.tag} {'built' if event.built else 'reused'}")
+        elif isinstance(event, EvaluationFinished):
+            self.count(event.category, event.total)
+        elif isinstance(event, ReplayFinished):
+            counts = ", ".join(f"{v} {k}" for k, v in event.counts.items() if v)
+            self.line(f"done in {self.clock() - self.t0:.1f}s: {counts} -> {event.output_dir}")
+
+
+class LiveRescoreProgress(CountLine):
+    """`rescore` on a terminal: image lines, then one line of cells with the current model."""
+
+    def __init__(self, stream: Any = None, clock: Any = time.monotonic) -> None:
+        super().__init__(stream, clock, unit="cells")
+
+    def __call__(self, event: object) -> None:
+        from engine.events import ImageBuildLog, ImageReady
+        from engine.rescore import RescoreProgress
+
+        if isinstance(event, ImageBuildLog):
+            self.line(f"image: {escape_controls(event.line)}")
+        elif isinstance(event, ImageReady):
+            self.line(f"image {event.tag} {'built' if event.built else 'reused'}")
+        elif isinstance(event, RescoreProgress):
+            self.count(None, event.total,
+                       f"{event.label} {event.model_done}/{event.model_total}")
+            if event.model_done == event.model_total:
+                self.line(f"{escape_controls(event.label)}: {event.model_total} cells scored "
+                          f"({self.clock() - self.t0:.1f}s)")
+
+
+def replay_progress(stream: Any) -> Any:
+    """One updating line on a terminal; one line per replayed prompt elsewhere."""
+    from pqid_tui.batch.replay import ReplayProgress
+
+    return LiveReplayProgress(stream) if wants_live_line(stream) else ReplayProgress(stream)
+
+
+def rescore_progress(stream: Any) -> Any:
+    """One updating line on a terminal; a line every 50 cells and per model elsewhere."""
+    from pqid_tui.batch.rescore import RescoreProgressPrinter
+
+    return (LiveRescoreProgress(stream) if wants_live_line(stream)
+            else RescoreProgressPrinter(stream))

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pqid_tui.batch.progress import rescore_progress
 from pqid_tui.textsafe import escape_controls
 
 
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             timeout_seconds=args.timeout_seconds,
             allow_environment_mismatch=args.allow_environment_mismatch,
             allow_modified_release=args.allow_modified_release,
-            progress=None if args.quiet else RescoreProgressPrinter())
+            progress=None if args.quiet else rescore_progress(sys.stderr))
     except EvaluatorFailed as exc:
         print(f"pqid-tui: error: {exc}", file=sys.stderr)
         return 1
