@@ -124,6 +124,34 @@ def duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+class RescoreProgressPrinter:
+    """Progress on stderr: the image, then cells done / total with the model's own count."""
+
+    def __init__(self, stream: Any = None, every: int = 50) -> None:
+        self.stream = stream or sys.stderr
+        self.every = every
+        self.t0 = time.monotonic()
+
+    def __call__(self, event: object) -> None:
+        from engine.events import ImageBuildLog, ImageReady
+        from engine.rescore import RescoreProgress
+
+        if isinstance(event, ImageBuildLog):
+            self._line(f"image: {escape_controls(event.line)}")
+        elif isinstance(event, ImageReady):
+            self._line(f"image {event.tag} {'built' if event.built else 'reused'}")
+        elif isinstance(event, RescoreProgress):
+            model_done = event.model_done == event.model_total
+            if model_done or event.done % self.every == 0 or event.done == event.total:
+                self._line(f"[{event.done}/{event.total}] {event.label}: "
+                           f"{event.model_done}/{event.model_total}"
+                           f"{' done' if model_done else ''} "
+                           f"({time.monotonic() - self.t0:.1f}s)")
+
+    def _line(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+
 class CountLine:
     """One redrawn line for work counted in items (replayed prompts, rescored cells): a bar,
     done/total, the count per outcome, the rate and the time left; permanent lines above it."""
@@ -237,7 +265,5 @@ def replay_progress(stream: Any) -> Any:
 
 def rescore_progress(stream: Any) -> Any:
     """One updating line on a terminal; a line every 50 cells and per model elsewhere."""
-    from pqid_tui.batch.rescore import RescoreProgressPrinter
-
     return (LiveRescoreProgress(stream) if wants_live_line(stream)
             else RescoreProgressPrinter(stream))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -58,34 +57,6 @@ def register(sub: Any) -> None:
                    help="required: the responses are untrusted code and will be executed "
                         "(inside the container)")
     p.set_defaults(handler=run)
-
-
-class RescoreProgressPrinter:
-    """Progress on stderr: the image, then cells done / total with the model's own count."""
-
-    def __init__(self, stream: Any = None, every: int = 50) -> None:
-        self.stream = stream or sys.stderr
-        self.every = every
-        self.t0 = time.monotonic()
-
-    def __call__(self, event: object) -> None:
-        from engine.events import ImageBuildLog, ImageReady
-        from engine.rescore import RescoreProgress
-
-        if isinstance(event, ImageBuildLog):
-            self._line(f"image: {escape_controls(event.line)}")
-        elif isinstance(event, ImageReady):
-            self._line(f"image {event.tag} {'built' if event.built else 'reused'}")
-        elif isinstance(event, RescoreProgress):
-            model_done = event.model_done == event.model_total
-            if model_done or event.done % self.every == 0 or event.done == event.total:
-                self._line(f"[{event.done}/{event.total}] {event.label}: "
-                           f"{event.model_done}/{event.model_total}"
-                           f"{' done' if model_done else ''} "
-                           f"({time.monotonic() - self.t0:.1f}s)")
-
-    def _line(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
