@@ -15,7 +15,8 @@ from engine.release import Prompt, Release, load_release
 from engine.routes import Route, resolve_route
 from engine.storage import canonical_json, sha256_hex
 from engine.study import identity as study_identity
-from engine.study import is_pqid_bench, study_plan_dict
+from engine.study import is_pqid_bench
+from engine.trace import study_plan_dict
 
 
 @dataclass(frozen=True, slots=True)

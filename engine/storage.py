@@ -117,3 +117,36 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     for number, line in enumerate(lines, start=1):
         if line.strip():
             yield number, json.loads(line)
+
+
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_jsonl_objects(path: Path, error: type[Exception]
+                       ) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every line of a file that must be whole: a missing file, a
+    line that is not JSON or not an object is `error`, naming the file and the line."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: file is missing") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read ({exc.strerror})") from None
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise error(f"{path}:{number}: not a JSON line ({exc})") from None
+        if not isinstance(obj, dict):
+            raise error(f"{path}:{number}: expected a JSON object")
+        rows.append((number, obj))
+    return rows

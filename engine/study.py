@@ -31,7 +31,7 @@ from engine.errors import ReleaseError
 from engine.release.model import FORMAT_PQID_BENCH_CORE, FORMAT_PQID_BENCH_EVIDENCE, Prompt, Release
 
 if TYPE_CHECKING:
-    from engine.plan import Plan
+    pass
 
 # The study's request families, by the project's adapter that speaks the same wire format.
 FAMILY_BY_ADAPTER = {"openai-chat": "openai_compatible_chat",
@@ -165,33 +165,6 @@ def identity(prompt: Prompt, route_name: str, adapter: str, model: str,
         prompt_record_sha256=study_sha256(dict(record)),
         request_sha256=study_sha256({"provider": provider, "api_model_id": model,
                                      "request_family": family, "body": record_body}))
-
-
-def study_plan_dict(plan: Plan) -> dict[str, Any]:
-    """The dry-run plan's study block (PQID-Bench releases only): each request's identities and,
-    on the evidence repository, the frozen row the requests replicate."""
-    if not is_pqid_bench(plan.release):
-        return {}
-    first = next((r.study for r in plan.requests if r.study), None)
-    block: dict[str, Any] = {
-        "provider": first["provider"] if first else None,
-        "api_model_id": first["api_model_id"] if first else None,
-        "request_family": first["request_family"] if first else None,
-        "requests": [{"prompt_id": r.prompt_id,
-                      **{k: (r.study or {}).get(k) for k in (
-                          "model_input_sha256", "prompt_record_sha256", "request_sha256")}}
-                     for r in plan.requests],
-    }
-    if plan.release.format == FORMAT_PQID_BENCH_EVIDENCE and first is not None:
-        from engine.trace import trace_plan
-
-        try:
-            block["trace"] = trace_plan(plan).summary_dict()
-        except ReleaseError as exc:
-            block["trace"] = {"error": str(exc)}
-    else:
-        block["trace"] = None
-    return {"study": block}
 
 
 # -- the archived requests of the frozen rows ---------------------------------------------------

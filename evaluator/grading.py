@@ -7,17 +7,15 @@ have been monkeypatched by a snippet.
 from __future__ import annotations
 
 import hashlib
-import io
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from qiskit import QuantumCircuit, qasm3, qpy
+from qiskit import QuantumCircuit, qasm3
 from qiskit.circuit import ControlFlowOp
-from qiskit.qpy import common as qpy_common
 from qiskit.quantum_info import Operator, Statevector
 
 from evaluator import discover
+from evaluator.circuits import load_circuit
 from evaluator.contracts import CONTRACT_PQID_BENCH, pqid_bench
 from evaluator.metadata import IGNORED_OPS, circuit_metadata
 from evaluator.schema import short_error
@@ -28,8 +26,6 @@ __all__ = [
     "Grader",
     "compare_structure",
     "equivalence",
-    "load_circuit",
-    "load_circuits",
 ]
 
 DEFAULT_OPERATOR_MAX_QUBITS = 8
@@ -37,37 +33,6 @@ DEFAULT_STATEVECTOR_MAX_QUBITS = 14
 # Simulating a huge instruction list costs more than any answer to a prompt needs.
 _MAX_EQUIVALENCE_OPS = 20000
 _REFERENCE_MODULE_NAME = "__pqid_reference__"
-
-
-class CircuitLoadError(Exception):
-    """The bytes handed over are not a single circuit this Qiskit wrote."""
-
-
-def _qpy_programs(data: bytes) -> list[Any]:
-    """The programs of a QPY payload, accepting only the version this Qiskit writes."""
-    # Older QPY versions take other (legacy) parsing paths; the executor always writes the
-    # current one, so anything else was forged and is refused before parsing.
-    if len(data) < 7 or data[:6] != b"QISKIT" or data[6] != qpy_common.QPY_VERSION:
-        raise CircuitLoadError("not a QPY payload of the expected version")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return list(qpy.load(io.BytesIO(data)))
-
-
-def load_circuit(data: bytes) -> QuantumCircuit:
-    """Load a candidate circuit from QPY, accepting only the version this Qiskit writes."""
-    programs = _qpy_programs(data)
-    if len(programs) != 1 or not isinstance(programs[0], QuantumCircuit):
-        raise CircuitLoadError("the payload does not hold exactly one circuit")
-    return programs[0]
-
-
-def load_circuits(data: bytes) -> list[QuantumCircuit]:
-    """Load several candidate circuits from one QPY payload (every program a circuit)."""
-    programs = _qpy_programs(data)
-    if not all(isinstance(program, QuantumCircuit) for program in programs):
-        raise CircuitLoadError("the payload holds something other than circuits")
-    return programs
 
 
 def _expected(target: dict[str, Any], reference: dict[str, Any] | None) -> dict[str, Any]:

@@ -10,13 +10,8 @@ from qiskit import QuantumCircuit, qpy
 from qiskit.circuit import Parameter
 
 from evaluator import discover
-from evaluator.grading import (
-    CircuitLoadError,
-    Grader,
-    compare_structure,
-    equivalence,
-    load_circuit,
-)
+from evaluator.circuits import CircuitLoadError, load_circuit
+from evaluator.grading import Grader, compare_structure, equivalence
 from evaluator.metadata import circuit_metadata
 from evaluator.schema import CATEGORIES, REQUIRED_FIELDS, categorize, make_evaluation
 

@@ -29,7 +29,6 @@ from engine.release.pqid_release import (
     RELEASE_FORMAT,
     ROW_KINDS,
     load_pqid_release,
-    sha256_file,
 )
 
 __all__ = [
@@ -49,7 +48,6 @@ __all__ = [
     "Release",
     "Verification",
     "load_release",
-    "sha256_file",
 ]
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from engine.errors import ReleaseError
+from engine.storage import read_jsonl_objects
 
 # Release formats, as detected from the files.
 FORMAT_PQID_RELEASE = "pqid-release/1"
@@ -155,8 +156,6 @@ class Release:
         row = self.row(label)
         if self.cells_loader is not None:
             return self.cells_loader(self, row)
-        from engine.release.pqid_release import read_evaluations_file
-
         return read_evaluations_file(self.root / row.evaluations)
 
     def require(self, rel: str, purpose: str) -> Path:
@@ -189,3 +188,13 @@ class Release:
             groups[key] = groups.get(key, 0) + 1
         return tuple(k if not k.endswith("/") else f"{k} ({n} file{'s' if n != 1 else ''})"
                      for k, n in sorted(groups.items()))
+
+
+def read_evaluations_file(path: Path) -> list[dict[str, Any]]:
+    """A canonical evaluations file (JSONL), each line with a string prompt_id."""
+    out: list[dict[str, Any]] = []
+    for number, obj in read_jsonl_objects(path, ReleaseError):
+        if not isinstance(obj.get("prompt_id"), str):
+            raise ReleaseError(f"{path}:{number}: evaluation without a string prompt_id")
+        out.append(obj)
+    return out

@@ -41,12 +41,8 @@ from engine.release.model import (
     Prompt,
     Release,
 )
-from engine.release.pqid_release import (
-    PROMPT_ID_RE,
-    parse_messages,
-    read_jsonl_objects,
-    sha256_file,
-)
+from engine.release.pqid_release import PROMPT_ID_RE, parse_messages
+from engine.storage import read_jsonl_objects, sha256_file
 
 NAME = "PQID-Bench"
 PROFILE_CORE = "core"
@@ -214,7 +210,7 @@ def _parse_prompt(path: Path, number: int, obj: dict[str, Any]) -> Prompt:
 def read_prompts(path: Path) -> tuple[Prompt, ...]:
     prompts: list[Prompt] = []
     seen: dict[str, int] = {}
-    for number, obj in read_jsonl_objects(path):
+    for number, obj in read_jsonl_objects(path, ReleaseError):
         prompt = _parse_prompt(path, number, obj)
         if prompt.prompt_id in seen:
             raise ReleaseError(f"{path}:{number}: duplicate prompt_id {prompt.prompt_id!r}"

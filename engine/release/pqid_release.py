@@ -19,49 +19,11 @@ from engine.release.model import (
     Release,
     Verification,
 )
+from engine.storage import read_jsonl_objects, sha256_file
 
 RELEASE_FORMAT = FORMAT_PQID_RELEASE
 PROMPT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 ROW_KINDS = ("reference", "model")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def read_jsonl_objects(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ReleaseError(f"{path}: file is missing") from None
-    except OSError as exc:
-        raise ReleaseError(f"{path}: cannot read ({exc.strerror})") from None
-    rows: list[tuple[int, dict[str, Any]]] = []
-    for number, line in enumerate(raw.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ReleaseError(f"{path}:{number}: not a JSON line ({exc})") from None
-        if not isinstance(obj, dict):
-            raise ReleaseError(f"{path}:{number}: expected a JSON object")
-        rows.append((number, obj))
-    return rows
-
-
-def read_evaluations_file(path: Path) -> list[dict[str, Any]]:
-    """A canonical evaluations file (JSONL), each line with a string prompt_id."""
-    out: list[dict[str, Any]] = []
-    for number, obj in read_jsonl_objects(path):
-        if not isinstance(obj.get("prompt_id"), str):
-            raise ReleaseError(f"{path}:{number}: evaluation without a string prompt_id")
-        out.append(obj)
-    return out
 
 
 def _read_json(path: Path) -> Any:
@@ -177,7 +139,7 @@ def load_pqid_release(root: Path | str, *, allow_modified: bool = False) -> Rele
 
     prompts: list[Prompt] = []
     seen: dict[str, int] = {}
-    for number, obj in read_jsonl_objects(prompts_path):
+    for number, obj in read_jsonl_objects(prompts_path, ReleaseError):
         prompt = _parse_prompt(prompts_path, number, obj)
         if prompt.prompt_id in seen:
             raise ReleaseError(f"{prompts_path}:{number}: duplicate prompt_id {prompt.prompt_id!r}"

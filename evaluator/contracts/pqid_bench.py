@@ -662,7 +662,7 @@ def statevector_check(circuit: Any) -> dict[str, Any]:
 
 def _load(data: bytes, names: list[str]) -> list[Any]:
     """The candidates of one run from their QPY, one circuit per name, or ValueError."""
-    from evaluator.grading import load_circuits
+    from evaluator.circuits import load_circuits
 
     circuits = load_circuits(data)
     if len(circuits) != len(names):
