@@ -20,12 +20,13 @@ from engine.config import LiveRunConfig
 from engine.errors import PqidError
 from engine.events import Event, ProgressCallback, RunStarted
 from engine.release import Release, load_release
-from engine.runner import RunControl, RunResult
+from engine.runner import RunResult
 from engine.runs import RunProgress, resend_async
 from pqid_tui.messages import RunEnded, RunLaunched
-from pqid_tui.screens.replay_service import ReplayService, default_replay_service
+from pqid_tui.services.replay import ReplayService, default_replay_service
+from pqid_tui.session import RunSession
 from pqid_tui.settings import Settings
-from pqid_tui.textsafe import escape_controls
+from pqid_tui.text import UNKNOWN_ERROR, describe_error
 
 DARK, LIGHT = "textual-dark", "textual-light"
 
@@ -35,12 +36,6 @@ def default_runs_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("pqid-tui")) / "runs"
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line for the user; an engine error's message is already written for them."""
-    text = str(exc) if isinstance(exc, PqidError) else f"{exc.__class__.__name__}: {exc}"
-    return escape_controls(text)
 
 
 class PqidApp(App[int]):
@@ -79,10 +74,8 @@ class PqidApp(App[int]):
         self.flush_interval = flush_interval
         self.release: Release | None = None
         self.release_error: str | None = None
-        self.run_progress: RunProgress | None = None
-        self.run_control: RunControl | None = None
-        self.run_config: LiveRunConfig | None = None
-        self.run_error: str | None = None
+        # The live run started here: its progress, control, config and error.
+        self.session = RunSession(clock)
         self._exit_after_run = False
         self.load_release()
 
@@ -93,37 +86,28 @@ class PqidApp(App[int]):
         except PqidError as exc:
             self.release, self.release_error = None, describe_error(exc)
 
-    @property
-    def run_active(self) -> bool:
-        return any(w.group == "run" and not w.is_finished for w in self.workers)
-
     def start_run(self, config: LiveRunConfig, only: Iterable[str] | None = None) -> RunProgress:
         """Start (or resume) a live run in the run worker and show its monitor."""
         from pqid_tui.screens.monitor import MonitorScreen
 
-        if self.run_active:
-            raise RuntimeError("a run is already in progress")
-        self.run_progress = RunProgress(clock=self.clock)
-        self.run_control = RunControl()
-        self.run_config = config
-        self.run_error = None
+        progress = self.session.begin(config)
         run_dir = str(config.output_dir)
-        self.run_worker_task(config, None if only is None else tuple(only))
+        self.session.started(self.run_worker_task(config, None if only is None else tuple(only)))
         screen = self.screen
         if isinstance(screen, MonitorScreen) and screen.run_dir == Path(run_dir):
-            screen.attach(self.run_progress, live=True)
+            screen.attach(progress, live=True)
         else:
-            self.push_screen(MonitorScreen(Path(run_dir), self.run_progress, live=True))
+            self.push_screen(MonitorScreen(Path(run_dir), progress, live=True))
         self.post_message(RunLaunched(run_dir))
-        return self.run_progress
+        return progress
 
     @work(exclusive=True, group="run", exit_on_error=False)
     async def run_worker_task(self, config: LiveRunConfig,
                               only: tuple[str, ...] | None) -> RunResult:
-        assert self.run_progress is not None
+        assert self.session.progress is not None
         return await resend_async(config, only, transport=self.transport,
-                                  progress=self.run_events(self.run_progress),
-                                  control=self.run_control, env=self.env)
+                                  progress=self.run_events(self.session.progress),
+                                  control=self.session.control, env=self.env)
 
     @staticmethod
     def run_events(progress: RunProgress) -> ProgressCallback:
@@ -144,7 +128,7 @@ class PqidApp(App[int]):
 
     def report_worker_error(self, worker: Worker[Any]) -> str:
         """Show why a worker failed (every screen's failed workers come here); the message."""
-        message = describe_error(worker.error) if worker.error else "unknown error"
+        message = describe_error(worker.error) if worker.error else UNKNOWN_ERROR
         self.notify(message, title=f"{worker.group} failed", severity="error", markup=False,
                     timeout=12)
         return message
@@ -155,13 +139,14 @@ class PqidApp(App[int]):
         if event.state == WorkerState.ERROR:
             message = self.report_worker_error(worker)
             if worker.group == "run":
-                self.run_error = message
+                self.session.failed(message)
         if worker.group == "run" and worker.is_finished:
             gc.unfreeze()  # the run's objects may now be garbage, cycles included
-        if worker.group == "run" and worker.is_finished and self.run_config is not None:
+        config = self.session.config
+        if worker.group == "run" and worker.is_finished and config is not None:
             result = worker.result if event.state == WorkerState.SUCCESS else None
-            self.post_message(RunEnded(str(self.run_config.output_dir),
-                                       result.summary if result else None, self.run_error))
+            self.post_message(RunEnded(str(config.output_dir),
+                                       result.summary if result else None, self.session.error))
             if self._exit_after_run:
                 self.exit(0)
 
@@ -211,8 +196,8 @@ class PqidApp(App[int]):
         elif name == "monitor":
             run_dir = Path(kw["run_dir"])
             resume = bool(kw.get("resume"))
-            progress = self.run_progress
-            if self.running_run() == run_dir and progress is not None:
+            progress = self.session.progress
+            if self.session.run_dir() == run_dir and progress is not None:
                 self.push_screen(MonitorScreen(run_dir, progress, live=True, resume=resume))
             else:
                 # Not running here (any more): what its directory says now, every prompt.
@@ -222,12 +207,6 @@ class PqidApp(App[int]):
                     self.notify(describe_error(exc), severity="error", markup=False)
                     return
                 self.push_screen(MonitorScreen(run_dir, progress, live=False, resume=resume))
-
-    def running_run(self) -> Path | None:
-        """The directory of the run in progress in this session, if one is."""
-        if not self.run_active or self.run_config is None:
-            return None
-        return Path(str(self.run_config.output_dir))
 
     def go_home(self) -> None:
         from pqid_tui.screens.home import HomeScreen
@@ -260,7 +239,7 @@ class PqidApp(App[int]):
     async def action_quit(self) -> None:
         from pqid_tui.screens.dialogs import ConfirmScreen
 
-        if not self.run_active:
+        if not self.session.active:
             self.exit(0)
             return
         if self._exit_after_run:
@@ -272,7 +251,7 @@ class PqidApp(App[int]):
         def answer(stop: bool | None) -> None:
             if stop:
                 self._exit_after_run = True
-                self.stop_run()
+                self.session.stop()
                 self.notify("Stopping: waiting for the requests in flight, then quitting. "
                             "Quit again to leave now (those prompts then resume as uncertain).",
                             timeout=30)
@@ -283,10 +262,22 @@ class PqidApp(App[int]):
             "directory stays resumable: open it again, or use --resume in the batch mode.",
             yes="Stop the run and quit", no="Keep running"), answer)
 
+    # -- for drivers that hold only the app (the benchmarks); screens use `session` ------------
+    @property
+    def run_active(self) -> bool:
+        return self.session.active
+
+    @property
+    def run_progress(self) -> RunProgress | None:
+        return self.session.progress
+
+    @property
+    def run_error(self) -> str | None:
+        return self.session.error
+
     def stop_run(self) -> None:
         """Ask the run to stop cleanly: requests in flight finish, no new ones start."""
-        if self.run_control is not None:
-            self.run_control.stop()
+        self.session.stop()
 
 
 def make_app(release_dir: Path | str | None = None, runs_dir: Path | str | None = None, *,

@@ -125,8 +125,8 @@ async def test_pause_resume_and_stop_drive_the_run_control(tmp_path: Path) -> No
         await pilot.pause(0.3)
         screen = app.screen
         assert isinstance(screen, MonitorScreen)
-        control = app.run_control
-        assert control is not None and app.run_active
+        control = app.session.control
+        assert control is not None and app.session.active
         await pilot.press("p")
         assert control.paused
         assert "[paused]" in str(screen.query_one("#run-title", Static).render())
@@ -136,7 +136,7 @@ async def test_pause_resume_and_stop_drive_the_run_control(tmp_path: Path) -> No
         assert control.stopped
         transport.gate.set()
         screen = await settle(app, pilot)
-        assert not app.run_active
+        assert not app.session.active
         assert "stopped (resumable)" in str(screen.query_one("#run-title", Static).render())
     # One request was in flight when the stop came; it finished, nothing new started.
     assert transport.started == 1
@@ -162,12 +162,12 @@ async def test_quitting_during_a_run_asks_and_stops_it_resumably(tmp_path: Path)
         assert "resumable" in str(app.screen.query_one(".dialog-body", Static).render())
         await pilot.press("escape")  # keep running
         await pilot.pause()
-        assert app.run_active and not app.run_control.stopped  # type: ignore[union-attr]
+        assert app.session.active and not app.session.control.stopped  # type: ignore[union-attr]
         await pilot.press("ctrl+q")
         await pilot.pause()
         await pilot.press("y")
         await pilot.pause()
-        assert app.run_control is not None and app.run_control.stopped
+        assert app.session.control is not None and app.session.control.stopped
         transport.gate.set()
         await pilot.pause(0.5)
     assert app.return_value == 0
@@ -198,7 +198,7 @@ async def test_retry_all_errors_resends_only_the_errors(tmp_path: Path) -> None:
         screen = await settle(app, pilot)
         assert set(grid_states(screen).values()) == {"success"}
     assert sorted(seen) == ["ghz_01", "ghz_04"]
-    assert app.run_config is not None and app.run_config.retry_errors
+    assert app.session.config is not None and app.session.config.retry_errors
     assert len(RunDir(out).read_responses()) == 6
 
 
@@ -248,7 +248,7 @@ async def test_retry_uncertain_explains_the_extra_paid_draw(tmp_path: Path) -> N
         assert "extra paid draw" in body and "stays in the attempt history" in body
         await pilot.press("escape")
         await pilot.pause()
-        assert not app.run_active and len(RunDir(out).read_responses()) == 5
+        assert not app.session.active and len(RunDir(out).read_responses()) == 5
         await pilot.press("u")
         await pilot.pause()
         await pilot.press("y")

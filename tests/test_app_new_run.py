@@ -111,7 +111,7 @@ async def test_a_provider_route_needs_the_acknowledgement(tmp_path: Path) -> Non
         assert screen.query_one("#start", Button).disabled
         await pilot.press("ctrl+s")
         assert isinstance(app.screen, NewRunScreen)  # refused: nothing started
-        assert not app.run_active and not (tmp_path / "runs").exists()
+        assert not app.session.active and not (tmp_path / "runs").exists()
         ack.value = True
         await pilot.pause()
         assert not screen.query_one("#start", Button).disabled
@@ -141,8 +141,8 @@ async def test_an_existing_run_offers_resume_and_explains_uncertain(tmp_path: Pa
         await pilot.press("ctrl+s")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.run_progress is not None
-        assert app.run_progress.counts["success"] == 6
+        assert app.session.progress is not None
+        assert app.session.progress.counts["success"] == 6
         attempts = RunDir(out).read_attempts()
         assert [a["decision"] for a in attempts if a["prompt_id"] == "ghz_02"][-2:] == [
             "uncertain", "success"]

@@ -75,7 +75,7 @@ class CompareOnly(FakeReplayService):
 
     def __init__(self) -> None:
         super().__init__(image_present=True)
-        from pqid_tui.screens.replay_service import EngineReplayService
+        from pqid_tui.services.replay import EngineReplayService
 
         self.engine = EngineReplayService()
 

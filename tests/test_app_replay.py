@@ -18,7 +18,7 @@ from engine.release import load_release
 from pqid_tui.app import make_app
 from pqid_tui.screens.dialogs import ConfirmScreen
 from pqid_tui.screens.replay import ReplayScreen
-from pqid_tui.screens.replay_service import Comparison, EngineReplayService
+from pqid_tui.services.replay import Comparison, EngineReplayService
 from pqid_tui.widgets.bar_chart import BarChart, bar
 from pqid_tui.widgets.sort_table import SortableTable
 from pqid_tui.widgets.wrapping import WrappingLog
@@ -538,7 +538,7 @@ class FakeDockerClient:
 
 
 def test_a_missing_base_image_is_explained_in_the_apps_words() -> None:
-    from pqid_tui.screens.replay_service import ImageOptions
+    from pqid_tui.services.replay import ImageOptions
 
     status = EngineReplayService(FakeDockerClient()).docker_status(
         ImageOptions("local/none:1", None, None))

@@ -23,7 +23,7 @@ from engine.events import (
 )
 from engine.records import RunDir
 from engine.release import load_release
-from pqid_tui.screens.replay_service import CompareRow, Comparison, DockerStatus, ImageOptions
+from pqid_tui.services.replay import CompareRow, Comparison, DockerStatus, ImageOptions
 from tests.faultserver import messages_key
 from tests.helpers import write_release
 

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from pqid_tui.batch.progress import replay_progress
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     release_dir = args.release_dir or DEMO_RELEASE_DIR
     out: Path = args.output_dir
     resume = (out / "run-manifest.json").exists()
-    say = (lambda text: None) if args.quiet else (
+    say: Callable[[str], None] = (lambda text: None) if args.quiet else (
         lambda text: print(text, file=sys.stderr, flush=True))
     say(f"1/3 oracle run -> {out}")
     summary = run_live_model(

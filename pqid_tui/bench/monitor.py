@@ -76,7 +76,7 @@ async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]
                 original()
                 flushes.append(time.perf_counter() - t0)
 
-            screen.flush = timed_flush  # type: ignore[method-assign]
+            screen.flush = timed_flush  # type: ignore[assignment]
 
             lags: list[float] = []
             stop = asyncio.Event()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from textual import on
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
+
+if TYPE_CHECKING:
+    from pqid_tui.app import PqidApp
 
 
 class AppScreen(Screen[None]):
@@ -15,5 +18,5 @@ class AppScreen(Screen[None]):
     @on(Worker.StateChanged)
     def _report_failed_worker(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
-            app: Any = self.app
+            app = cast("PqidApp", self.app)
             app.report_worker_error(event.worker)

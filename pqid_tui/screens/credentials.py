@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from textual import on, work
 from textual.app import ComposeResult, SystemCommand
@@ -17,6 +17,9 @@ from engine.routes import PRESETS
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.textsafe import escape_controls
 from pqid_tui.widgets.plain import plain
+
+if TYPE_CHECKING:
+    from pqid_tui.app import PqidApp
 
 
 def describe_where(source: str) -> str:
@@ -87,7 +90,7 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
 
     @work(thread=True, exclusive=True, group="credentials", exit_on_error=False)
     def action_refresh(self) -> None:
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         sources = {name: describe_source(route, env=app.env) for name, route in PRESETS.items()}
         self.post_message(self.Sources(sources))
 
@@ -210,7 +213,7 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
         from engine.credentials import resolve_credential
         from engine.provider_check import check_provider
 
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         route = PRESETS[name]
         result = self.query_one("#check-result", Static)
         result.update(plain(f"checking {name}…"))

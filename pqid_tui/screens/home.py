@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from rich.text import Text
 from textual import on, work
@@ -22,7 +22,11 @@ from engine.release.model import Verification
 from engine.runs import RunInfo, list_runs
 from pqid_tui.messages import RunEnded
 from pqid_tui.screens.base import AppScreen
+from pqid_tui.text import UNKNOWN_ERROR
 from pqid_tui.widgets.plain import one_line, plain
+
+if TYPE_CHECKING:
+    from pqid_tui.app import PqidApp
 
 
 class HomeScreen(AppScreen):
@@ -91,14 +95,14 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
         self.refresh_runs()
 
     def show_release(self) -> None:
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         release = app.release
         text = Text()
         if release is None:
             text.append("Release ", style="bold")
             text.append_text(plain(str(app.release_dir)))
             text.append("\nnot usable: ", style="bold")
-            text.append_text(plain(app.release_error or "unknown error"))
+            text.append_text(plain(app.release_error or UNKNOWN_ERROR))
             text.append("\nPass --release-dir with a pqid-release/1 directory, a PQID-Bench "
                         "core distribution (or its .zip) or the PQID-Bench evidence repository.")
         else:
@@ -116,7 +120,7 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
     @work(thread=True, exclusive=True, group="home-verify", exit_on_error=False)
     def verify_release(self) -> None:
         """Check every present file the release's manifest lists (PQID-Bench: a second)."""
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         release = app.release
         if release is None or getattr(release, "verifier", None) is None:
             return
@@ -129,7 +133,7 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
 
     @work(thread=True, exclusive=True, group="home-runs", exit_on_error=False)
     def refresh_runs(self) -> None:
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         runs = list_runs(app.runs_dir)
         self.app.call_from_thread(self._show_runs, runs)
 
@@ -137,8 +141,8 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
         self.runs = runs
         table = self.query_one("#runs", DataTable)
         table.clear()
-        app: Any = self.app
-        running = app.running_run()
+        app = cast("PqidApp", self.app)
+        running = app.session.run_dir()
         for info in runs:
             if info.problem:
                 table.add_row(plain(info.name), one_line(info.problem, 80), "", "", "", "", "",
@@ -182,30 +186,30 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
         self.refresh_runs()
 
     def action_new_run(self) -> None:
-        self.app_any.open_screen("new")
+        cast("PqidApp", self.app).open_screen("new")
 
     def action_open_run(self) -> None:
         run = self.selected_run()
         if run is None:
             self.notify("No run to open yet: press n to start one.")
             return
-        self.app_any.open_screen("monitor", run_dir=run)
+        cast("PqidApp", self.app).open_screen("monitor", run_dir=run)
 
     def action_resume_run(self) -> None:
         run = self.selected_run()
         if run is None:
             self.notify("No run to resume yet: press n to start one.")
             return
-        self.app_any.open_screen("monitor", run_dir=run, resume=True)
+        cast("PqidApp", self.app).open_screen("monitor", run_dir=run, resume=True)
 
     def action_replay(self) -> None:
-        self.app_any.open_screen("replay", run_dir=self.selected_run())
+        cast("PqidApp", self.app).open_screen("replay", run_dir=self.selected_run())
 
     def action_credentials(self) -> None:
-        self.app_any.open_screen("credentials")
+        cast("PqidApp", self.app).open_screen("credentials")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         release = app.release
         if action == "absent":  # in the footer only when the release lacks files
             return bool(release is not None and release.absent)
@@ -214,7 +218,7 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
         return True
 
     def action_verify(self) -> None:
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         if app.release is None or getattr(app.release, "verifier", None) is None \
                 or app.release.format == FORMAT_PQID_RELEASE:
             self.notify("Every file of this release was verified when it was loaded.")
@@ -226,10 +230,6 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
     def action_absent(self) -> None:
         box = self.query_one("#absent", Collapsible)
         box.collapsed = not box.collapsed
-
-    @property
-    def app_any(self) -> Any:
-        return self.app
 
     @on(DataTable.RowSelected, "#runs")
     def _row_selected(self) -> None:

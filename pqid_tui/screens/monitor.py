@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from rich.text import Text
 from textual import events, on
@@ -14,18 +14,17 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static
 
+from engine.config import LiveRunConfig
 from engine.errors import PqidError
 from engine.runs import RunProgress, resume_config
 from pqid_tui.messages import RunEnded
 from pqid_tui.screens.base import AppScreen
+from pqid_tui.text import PROVIDER_TERMS, UNCERTAIN_EXPLANATION, describe_error
 from pqid_tui.widgets.plain import plain
 from pqid_tui.widgets.run_grid import PromptTable, RetryQueue, RunGrid
 
-UNCERTAIN_EXPLANATION = (
-    "An uncertain prompt was in flight when an earlier run stopped: the request may have "
-    "reached the provider, been answered and been billed, but no reply was recorded. "
-    "Sending it again is a possible extra paid draw, and the new answer, not the lost one, "
-    "becomes the prompt's response. The uncertain attempt stays in the attempt history.")
+if TYPE_CHECKING:
+    from pqid_tui.app import PqidApp
 
 
 def clock_text(seconds: float | None) -> str:
@@ -129,7 +128,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
         yield Footer()
 
     def on_mount(self) -> None:
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         self._rows_seen = False
         self.flush(full=True)
         self.set_interval(app.flush_interval, self._flush_tick)
@@ -201,9 +200,9 @@ backoff, ended in an error, or are uncertain, each with its last error.
             self.show_detail()
 
     def status_word(self) -> str:
-        app: Any = self.app
-        if self.live and app.run_active and app.run_progress is self.progress:
-            control = app.run_control
+        app = cast("PqidApp", self.app)
+        if self.live and app.session.runs(self.progress):
+            control = app.session.control
             if control is not None and control.stopped:
                 return "stopping"
             if control is not None and control.paused:
@@ -269,8 +268,8 @@ backoff, ended in an error, or are uncertain, each with its last error.
 
     # -- actions ---------------------------------------------------------------------------------
     def _running_here(self) -> bool:
-        app: Any = self.app
-        return bool(app.run_active and app.run_progress is self.progress)
+        app = cast("PqidApp", self.app)
+        return app.session.runs(self.progress)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         running = self._running_here()
@@ -281,8 +280,8 @@ backoff, ended in an error, or are uncertain, each with its last error.
         return True
 
     def action_toggle_pause(self) -> None:
-        app: Any = self.app
-        control = app.run_control
+        app = cast("PqidApp", self.app)
+        control = app.session.control
         if not self._running_here() or control is None:
             self.action_resume_run()
             return
@@ -297,9 +296,9 @@ backoff, ended in an error, or are uncertain, each with its last error.
         self.show_stats()
 
     def action_stop(self) -> None:
-        app: Any = self.app
-        if self._running_here() and app.run_control is not None:
-            app.run_control.stop()
+        app = cast("PqidApp", self.app)
+        if self._running_here() and app.session.control is not None:
+            app.session.control.stop()
             self.notify("Stopping: requests in flight finish; the run stays resumable.")
             self.show_stats()
         else:
@@ -325,7 +324,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
 
     def action_edit_resume(self) -> None:
         """The New run form filled from this run's manifest (other pacing, limits, flags)."""
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         app.open_screen("new", run_dir=self.run_dir)
 
     def _focused_table(self) -> RunGrid | RetryQueue:
@@ -428,12 +427,12 @@ backoff, ended in an error, or are uncertain, each with its last error.
             return
         self._retry(ids, errors=False, uncertain=True)
 
-    def retry_config(self, *, errors: bool, uncertain: bool) -> Any:
-        """The resume config of this run with the retry flags (an engine object)."""
-        app: Any = self.app
+    def retry_config(self, *, errors: bool, uncertain: bool) -> LiveRunConfig:
+        """The resume config of this run with the retry flags."""
+        app = cast("PqidApp", self.app)
         flags = {"resume": True, "retry_errors": errors, "retry_uncertain": uncertain,
                  "max_new": None}
-        current = app.run_config
+        current = app.session.config
         if current is not None and Path(str(current.output_dir)) == self.run_dir:
             return current.model_copy(update=flags)
         return resume_config(self.run_dir, app.release_dir, acknowledge_prompt_export=True,
@@ -443,16 +442,14 @@ backoff, ended in an error, or are uncertain, each with its last error.
                resume: bool = False) -> None:
         from pqid_tui.screens.dialogs import ConfirmScreen
 
-        app: Any = self.app
-        if app.run_active:
+        app = cast("PqidApp", self.app)
+        if app.session.active:
             self.notify("A run is in progress: wait for it, or stop it first.",
                         severity="warning")
             return
         try:
             config = self.retry_config(errors=errors, uncertain=uncertain)
         except PqidError as exc:
-            from pqid_tui.app import describe_error
-
             self.notify(describe_error(exc), severity="error", markup=False)
             return
         contacts = config.provider != "oracle"
@@ -465,7 +462,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
             parts.append(f"This sends {len(ids)} prompt(s) to the {config.provider} route "
                          f"({config.base_url or 'its preset endpoint'})"
                          f"{'' if resume else ' again'}: the provider's "
-                         "retention, policy, quota and billing terms apply.")
+                         f"{PROVIDER_TERMS}.")
         if uncertain:
             parts.append(UNCERTAIN_EXPLANATION)
 
@@ -483,8 +480,8 @@ backoff, ended in an error, or are uncertain, each with its last error.
         self.app.push_screen(ConfirmScreen(
             title, "\n\n".join(parts), yes="Resume" if resume else "Send again"), answer)
 
-    def _launch(self, config: Any, ids: Iterable[str] | None) -> None:
-        app: Any = self.app
+    def _launch(self, config: LiveRunConfig, ids: Iterable[str] | None) -> None:
+        app = cast("PqidApp", self.app)
         self.query_one(RunGrid).marked.clear()
         self.query_one(RetryQueue).marked.clear()
         app.start_run(config, None if ids is None else list(ids))

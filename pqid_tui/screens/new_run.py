@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widget import Widget
 from textual.widgets import (
     Button,
     Checkbox,
@@ -31,9 +32,12 @@ from engine.records import RunDir, check_same_contract
 from engine.routes import PRESETS, check_extra_body, resolve_route
 from engine.runs import RunInfo, read_run_info, resume_config
 from pqid_tui.screens.base import AppScreen
-from pqid_tui.screens.monitor import UNCERTAIN_EXPLANATION
+from pqid_tui.text import PROVIDER_TERMS, RUN_IN_PROGRESS, UNCERTAIN_EXPLANATION, describe_error
 from pqid_tui.widgets.plain import plain
 from pqid_tui.widgets.wrapping import WrappingCheckbox
+
+if TYPE_CHECKING:
+    from pqid_tui.app import PqidApp
 
 INPUT_FIELDS = ("model", "base_url", "temperature", "top_p", "max_output_tokens", "seed",
                 "extra_body", "limit", "prompt_ids", "concurrency", "max_retries",
@@ -159,14 +163,14 @@ prompts that were in flight when a run died (a possible extra paid draw).
         self._shown: dict[str, str] = {}
 
     # -- layout ----------------------------------------------------------------------------------
-    def _field(self, label: str, widget: Any, name: str) -> ComposeResult:
+    def _field(self, label: str, widget: Widget, name: str) -> ComposeResult:
         with Vertical(classes="field", id=f"field-{name}"):
             yield Label(label)
             yield widget
             yield Static("", id=f"err-{name}", classes="field-error")
 
     def compose(self) -> ComposeResult:
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         release = app.release
         splits = list(release.split_counts()) if release is not None else []
         yield Header()
@@ -254,15 +258,13 @@ prompts that were in flight when a run died (a possible extra paid draw).
     def fill_from_run(self, run_dir: Path) -> None:
         """The form as the run in `run_dir` was made (its manifest), set to resume it; the
         pacing this session last used on it, else the defaults."""
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         try:
             config = resume_config(run_dir, app.release_dir)
         except PqidError as exc:
-            from pqid_tui.app import describe_error
-
             self.notify(describe_error(exc), severity="error", markup=False)
             return
-        current = app.run_config
+        current = app.session.config
         if current is not None and Path(str(current.output_dir)) == Path(run_dir):
             config = config.model_copy(update={
                 "concurrency": current.concurrency, "max_retries": current.max_retries,
@@ -308,14 +310,14 @@ prompts that were in flight when a run died (a possible extra paid draw).
         if not text:
             return None
         path = Path(text).expanduser()
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         return path if path.is_absolute() else app.runs_dir / path
 
     def _suggest_output_dir(self) -> None:
         current = self._value("output_dir")
         if current and current != self._auto_output:
             return  # the user chose a directory: leave it alone
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         base = f"{self._select('provider')}-{slug(self._value('model') or 'model')}"
         name, n = base, 1
         while (app.runs_dir / name).exists():
@@ -326,7 +328,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
 
     def read_fields(self) -> tuple[dict[str, Any], dict[str, str]]:
         """The form as LiveRunConfig fields, and the fields that are not even well-formed."""
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         errors: dict[str, str] = {}
 
         def number(name: str, kind: type, default: Any = None) -> Any:
@@ -393,7 +395,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
 
     def recompute(self) -> None:
         """Validate the form, rebuild the dry-run plan and show both."""
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         fields, errors = self.read_fields()
         self.plan = None
         config: LiveRunConfig | None = None
@@ -488,7 +490,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
         provider = self._select("provider")
         if self.contacts_provider():
             label = (f"I acknowledge that the selected prompts go to a third party (the "
-                     f"{provider} route): its retention, policy, quota and billing terms apply.")
+                     f"{provider} route): its {PROVIDER_TERMS}.")
         else:
             label = "No acknowledgement needed: the oracle route sends nothing anywhere."
         if self._shown.get("acknowledge") != label:
@@ -497,8 +499,8 @@ prompts that were in flight when a run died (a possible extra paid draw).
             box.disabled = not self.contacts_provider()
 
     def can_start(self) -> bool:
-        app: Any = self.app
-        if self.plan is None or self.errors or app.run_active:
+        app = cast("PqidApp", self.app)
+        if self.plan is None or self.errors or app.session.active:
             return False
         return not self.contacts_provider() or self._checked("acknowledge")
 
@@ -577,12 +579,12 @@ prompts that were in flight when a run died (a possible extra paid draw).
         self.action_start()
 
     def action_start(self) -> None:
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         self.recompute()
         if not self.can_start() or self.plan is None:
             reason = ("acknowledge that the prompts go to a third party" if self.plan is not None
                       and not self.errors and self.contacts_provider() else
-                      "a run is already in progress" if app.run_active
+                      RUN_IN_PROGRESS if app.session.active
                       else "fix the fields marked in the form")
             self.notify(f"Cannot start: {reason}.", severity="warning")
             return

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from rich.text import Text
 from textual import on, work
@@ -13,6 +13,7 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import (
     Button,
     Checkbox,
@@ -35,12 +36,22 @@ from engine.events import (
 )
 from engine.runs import is_evaluated, list_runs
 from pqid_tui.screens.base import AppScreen
-from pqid_tui.screens.replay_service import Comparison, DockerStatus, ImageOptions, SubTable
+from pqid_tui.services.replay import (
+    Comparison,
+    DockerStatus,
+    ImageOptions,
+    ReplayService,
+    SubTable,
+)
+from pqid_tui.text import describe_error
 from pqid_tui.textsafe import escape_controls
 from pqid_tui.widgets.bar_chart import BarChart, BarRow
 from pqid_tui.widgets.plain import plain
 from pqid_tui.widgets.sort_table import Cell, Column, Row, SortableTable
 from pqid_tui.widgets.wrapping import WrappingCheckbox, WrappingLog
+
+if TYPE_CHECKING:
+    from pqid_tui.app import PqidApp
 
 EXECUTION_NOTE = ("I understand that replay executes the model's generated code. It runs only "
                   "inside a network-disabled, read-only Docker container with no host mounts "
@@ -122,7 +133,7 @@ same files as the batch mode.
                 with Vertical(id="docker-box", classes="panel"):
                     yield Static("Docker", classes="section-title")
                     yield Static("checking…", id="docker-status")
-                    remembered: dict[str, str] = getattr(self.app, "replay_image", {})
+                    remembered = cast("PqidApp", self.app).replay_image
                     yield Input(remembered.get("base_image", ""), id="base_image",
                                 placeholder="base image (default python:3.11-slim)")
                     yield Input(remembered.get("wheelhouse", ""), id="wheelhouse",
@@ -153,7 +164,7 @@ same files as the batch mode.
         yield Footer()
 
     def on_mount(self) -> None:
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         runs = [info for info in list_runs(app.runs_dir) if not info.problem]
         select = self.query_one("#run", Select)
         select.set_options([(plain(info.name), str(info.path)) for info in runs])
@@ -182,8 +193,8 @@ same files as the batch mode.
 
     @on(Input.Changed, "#base_image, #wheelhouse")
     def _image_input_changed(self, event: Input.Changed) -> None:
-        remembered: dict[str, str] | None = getattr(self.app, "replay_image", None)
-        if remembered is not None and event.input.id:
+        remembered = cast("PqidApp", self.app).replay_image
+        if event.input.id:
             remembered[event.input.id] = event.value.strip()
 
     @on(Input.Submitted, "#base_image, #wheelhouse")
@@ -193,11 +204,9 @@ same files as the batch mode.
 
     def remember_image(self) -> None:
         """Keep the image inputs for the next session (the settings file of the CLI's app)."""
-        settings = getattr(self.app, "settings", None)
-        remembered: dict[str, str] = getattr(self.app, "replay_image", {})
-        if settings is not None:
-            for key in ("base_image", "wheelhouse"):
-                settings.set(key, remembered.get(key))
+        app = cast("PqidApp", self.app)
+        for key in ("base_image", "wheelhouse"):
+            app.settings.set(key, app.replay_image.get(key))
 
     def on_unmount(self) -> None:
         self.remember_image()
@@ -210,13 +219,13 @@ same files as the batch mode.
     def options(self) -> ImageOptions:
         base = self.query_one("#base_image", Input).value.strip() or None
         wheels = self.query_one("#wheelhouse", Input).value.strip()
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         pins = app.release.evaluator_requirements if app.release is not None else None
         return ImageOptions(base, Path(wheels).expanduser() if wheels else None, pins)
 
     @property
-    def service(self) -> Any:
-        app: Any = self.app
+    def service(self) -> ReplayService:
+        app = cast("PqidApp", self.app)
         return app.replay_service
 
     # -- Docker ----------------------------------------------------------------------------------
@@ -235,8 +244,6 @@ same files as the batch mode.
             self.app.call_from_thread(self.show_failure, what, exc)
 
     def show_failure(self, what: str, exc: BaseException) -> None:
-        from pqid_tui.app import describe_error
-
         message = describe_error(exc)
         self.notify(message, title=f"{what} failed", severity="error", markup=False,
                     timeout=12)
@@ -278,7 +285,7 @@ same files as the batch mode.
     def _post_event(self, event: Event) -> None:
         self.post_message(self.EngineEvent(event))
 
-    def call_later_from_thread(self, callback: Any) -> None:
+    def call_later_from_thread(self, callback: Callable[[], object]) -> None:
         self.app.call_from_thread(callback)
 
     # -- replay ----------------------------------------------------------------------------------
@@ -306,7 +313,7 @@ same files as the batch mode.
         self._start_replay(run_dir, overwrite=False)
 
     def _start_replay(self, run_dir: Path, *, overwrite: bool) -> None:
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         progress = self.query_one("#progress", ProgressBar)
         progress.display = True
         progress.update(total=None, progress=0)
@@ -357,8 +364,6 @@ same files as the batch mode.
         # AppScreen, and here in the log too, under the name of what the user asked for.
         worker = event.worker
         if event.state == WorkerState.ERROR and worker.error is not None:
-            from pqid_tui.app import describe_error
-
             message = describe_error(worker.error)
             what = FAILED.get(worker.name, "The last action")
             self.query_one("#log", WrappingLog).write_line(f"{what} failed: {message}")
@@ -372,7 +377,7 @@ same files as the batch mode.
         if self.run_dir is None:
             self.notify("Choose a run to compare.", severity="warning")
             return
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         self.compare_run(self.run_dir, app.release_dir,
                          self.query_one("#allow_partial", Checkbox).value)
 
@@ -458,7 +463,7 @@ same files as the batch mode.
         box = self.query_one("#subtables", Vertical)
         box.remove_children()
         for i, sub in enumerate(tables):
-            widgets: list[Any] = [Static(plain(sub.title), classes="section-title")]
+            widgets: list[Widget] = [Static(plain(sub.title), classes="section-title")]
             if sub.note:
                 widgets.append(Static(plain(sub.note), classes="subtable-note"))
             table = SortableTable(id=f"subtable-{i}", classes="subtable")
@@ -504,7 +509,7 @@ same files as the batch mode.
         if self.run_dir is None:
             self.notify("Choose a run to export.", severity="warning")
             return
-        app: Any = self.app
+        app = cast("PqidApp", self.app)
         self.export_files(self.run_dir, app.release_dir,
                           self.query_one("#allow_partial", Checkbox).value)
 

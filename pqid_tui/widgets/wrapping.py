@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+from textual.css.styles import RulesMap
 from textual.events import Resize
 from textual.geometry import Size
 from textual.widgets import Checkbox, RichLog
@@ -27,7 +30,8 @@ class WrappingCheckbox(Checkbox):
     """
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return max(1, self.render().get_height(self.styles, width))
+        # The widget's styles as the rules to measure by, as Textual's own Widget passes them.
+        return max(1, self.render().get_height(cast(RulesMap, self.styles), width))
 
 
 class WrappingLog(RichLog):
