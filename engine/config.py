@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -106,7 +107,7 @@ class LiveRunConfig(BaseModel):
             check_extra_body(value)
         except ConfigError as exc:
             # A ValueError lets pydantic report this beside every other field's error.
-            raise ValueError(str(exc)) from None
+            raise ValueError(exc.fields.get("extra_body", str(exc))) from None
         reserved = {"model", "messages"} & set(value)
         if reserved:
             raise ValueError(f"extra body may not set {', '.join(sorted(reserved))}")
@@ -121,17 +122,47 @@ class LiveRunConfig(BaseModel):
 
 
 def make_config(**fields: Any) -> LiveRunConfig:
-    """Build a config, turning validation failures into one ConfigError a user can read."""
+    """Build a config, turning validation failures into one ConfigError a user can read,
+    with each field's message in `fields`."""
     try:
         return LiveRunConfig(**fields)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc)) from None
+        raise validation_config_error(exc) from None
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    parts = []
+def validation_config_error(exc: ValidationError) -> ConfigError:
+    parts, by_field = [], {}
     for err in exc.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "config"
-        msg = str(err["msg"]).removeprefix("Value error, ")
+        msg = plain_validation_message(err)
         parts.append(f"{loc.replace('_', '-')}: {msg}")
-    return "; ".join(parts)
+        by_field.setdefault(str(err["loc"][0]) if err["loc"] else "", msg)
+    return ConfigError("; ".join(parts), fields=by_field)
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def plain_validation_message(err: Mapping[str, Any]) -> str:
+    """A validation error in the project's words, not the validation library's."""
+    kind, ctx = err.get("type", ""), err.get("ctx") or {}
+    if kind == "string_too_short" and ctx.get("min_length") == 1:
+        return "required"
+    if kind == "missing":
+        return "required"
+    if kind == "greater_than_equal":
+        return f"must be at least {_number(ctx.get('ge'))}"
+    if kind == "greater_than":
+        return f"must be more than {_number(ctx.get('gt'))}"
+    if kind == "less_than_equal":
+        return f"must be at most {_number(ctx.get('le'))}"
+    if kind == "less_than":
+        return f"must be less than {_number(ctx.get('lt'))}"
+    if kind in ("int_parsing", "int_from_float", "int_type"):
+        return "must be a whole number"
+    if kind in ("float_parsing", "float_type"):
+        return "must be a number"
+    if kind in ("bool_parsing", "bool_type"):
+        return "must be true or false"
+    return str(err.get("msg", "is not valid")).removeprefix("Value error, ")

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class PqidError(Exception):
     """Base of every error the engine raises on purpose."""
@@ -29,7 +31,17 @@ class ReleaseError(UsageError):
 
 
 class ConfigError(UsageError):
-    """An invalid run configuration, route or generation setting."""
+    """An invalid run configuration, route or generation setting.
+
+    The message is written for the command line (it names flags); `fields` maps each
+    configuration field the error is about to a message for a form, which shows it beside
+    that field: `{"base_url": "must be an http:// or https:// URL with a host"}`. An error
+    about the whole run has no fields.
+    """
+
+    def __init__(self, message: str, *, fields: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.fields: dict[str, str] = dict(fields or {})
 
 
 class CredentialError(UsageError):

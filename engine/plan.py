@@ -132,7 +132,10 @@ def generation_contract(config: LiveRunConfig, route: Route) -> dict[str, Any]:
     """The settings that shape every request body; part of the run's identity."""
     if config.max_output_field is not None and route.adapter not in ("openai-chat", "oracle"):
         raise ConfigError(f"--max-output-field applies to OpenAI-compatible routes; the "
-                          f"{route.adapter} adapter always sends {route.max_output_field}")
+                          f"{route.adapter} adapter always sends {route.max_output_field}",
+                          fields={"max_output_field": "applies to OpenAI-compatible routes; "
+                                  f"the {route.adapter} adapter always sends "
+                                  f"{route.max_output_field}"})
     return {
         "temperature": None if config.omit_temperature else config.temperature,
         "top_p": None if config.omit_top_p else config.top_p,
@@ -150,21 +153,26 @@ def select_prompts(release: Release, config: LiveRunConfig) -> tuple[Prompt, ...
         splits = release.split_counts()
         if config.split not in splits:
             raise ConfigError(f"--split {config.split!r}: the release has splits "
-                              f"{', '.join(splits)}")
+                              f"{', '.join(splits)}",
+                              fields={"split": f"the release has splits {', '.join(splits)}"})
         prompts = [p for p in prompts if p.split == config.split]
     if config.prompt_ids:
         wanted = list(dict.fromkeys(config.prompt_ids))
         by_id = release.by_id
         missing = [pid for pid in wanted if pid not in by_id]
         if missing:
-            raise ConfigError(f"--prompt-ids: the release has no prompt {missing[0]!r}"
-                              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise ConfigError(f"--prompt-ids: the release has no prompt {missing[0]!r}{more}",
+                              fields={"prompt_ids": f"the release has no prompt "
+                                      f"{missing[0]!r}{more}"})
         keep = set(wanted)
         prompts = [p for p in prompts if p.prompt_id in keep]
     if config.limit is not None:
         prompts = prompts[: config.limit]
     if not prompts:
-        raise ConfigError("the selection is empty: check --split, --prompt-ids and --limit")
+        raise ConfigError("the selection is empty: check --split, --prompt-ids and --limit",
+                          fields={"limit": "the selection is empty: check the split, the "
+                                  "prompt IDs and the limit"})
     return tuple(prompts)
 
 

@@ -92,7 +92,8 @@ def resolve_route(provider: str, base_url: str | None = None,
     if provider not in PRESETS:
         known = ", ".join(PRESETS)
         raise ConfigError(f"unknown provider {provider!r}; choose one of: {known}"
-                          " (use --base-url with any of them for another compatible endpoint)")
+                          " (use --base-url with any of them for another compatible endpoint)",
+                          fields={"provider": f"unknown provider {provider!r}"})
     route = PRESETS[provider]
     headers = dict(route.headers)
     for name, value in (extra_headers or {}).items():
@@ -100,7 +101,9 @@ def resolve_route(provider: str, base_url: str | None = None,
         headers[name] = value
     if base_url is not None:
         if route.adapter == "oracle":
-            raise ConfigError("the oracle route runs in-process; it takes no --base-url")
+            raise ConfigError("the oracle route runs in-process; it takes no --base-url",
+                              fields={"base_url": "the oracle route runs in-process; leave "
+                                      "the base URL empty"})
         check_base_url(base_url)
         return Route(route.name, route.adapter, base_url.rstrip("/"), route.credential_env,
                      route.auth, headers, route.max_output_field, route.notes)
@@ -114,25 +117,39 @@ def check_base_url(url: str) -> None:
         parts = urlsplit(url)
         _ = parts.port
     except ValueError as exc:
-        raise ConfigError(f"--base-url is not a valid URL ({exc})") from None
+        raise ConfigError(f"--base-url is not a valid URL ({exc})",
+                          fields={"base_url": f"not a valid URL ({exc})"}) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError("--base-url must be an http:// or https:// URL with a host")
+        raise ConfigError("--base-url must be an http:// or https:// URL with a host",
+                          fields={"base_url": "must be an http:// or https:// URL with a host"})
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise ConfigError("--base-url must not carry credentials (user:password@host); "
-                          "use --api-key-file, the route's environment variable or the keyring")
+                          "use --api-key-file, the route's environment variable or the keyring",
+                          fields={"base_url": "must not carry credentials (user:password@host); "
+                                  "use an API key file, the route's environment variable or "
+                                  "the keyring"})
     if parts.query or parts.fragment:
         raise ConfigError("--base-url must not have a query string or fragment (keys travel "
-                          "there on some providers); give only scheme, host and path")
+                          "there on some providers); give only scheme, host and path",
+                          fields={"base_url": "must not have a query string or fragment (keys "
+                                  "travel there on some providers); give only scheme, host "
+                                  "and path"})
     if SECRET_VALUE_RE.search(url):
-        raise ConfigError("--base-url contains something shaped like an API key; refused")
+        raise ConfigError("--base-url contains something shaped like an API key; refused",
+                          fields={"base_url": "contains something shaped like an API key; "
+                                  "refused"})
 
 
 def check_header(name: str, value: str) -> None:
     if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", name):
-        raise ConfigError(f"header name {name!r} is not a valid HTTP header name")
+        raise ConfigError(f"header name {name!r} is not a valid HTTP header name",
+                          fields={"headers": f"{name!r} is not a valid HTTP header name"})
     if _SECRET_HEADER_RE.search(name) or SECRET_VALUE_RE.search(value):
         raise ConfigError(f"header {name!r} looks like a credential; credentials come only from "
-                          "--api-key-file, the route's environment variable or the keyring")
+                          "--api-key-file, the route's environment variable or the keyring",
+                          fields={"headers": f"{name!r} looks like a credential; credentials "
+                                  "come only from an API key file, the route's environment "
+                                  "variable or the keyring"})
 
 
 def check_extra_body(body: Any, path: str = "") -> None:
@@ -142,10 +159,15 @@ def check_extra_body(body: Any, path: str = "") -> None:
             where = f"{path}.{key}" if path else str(key)
             if _SECRET_FIELD_RE.search(str(key)):
                 raise ConfigError(f"--extra-body-json field {where!r} looks like a credential; "
-                                  "refused (credentials never go in the request body)")
+                                  "refused (credentials never go in the request body)",
+                                  fields={"extra_body": f"field {where!r} looks like a "
+                                          "credential; refused (credentials never go in the "
+                                          "request body)"})
             check_extra_body(value, where)
     elif isinstance(body, list):
         for i, value in enumerate(body):
             check_extra_body(value, f"{path}[{i}]")
     elif isinstance(body, str) and SECRET_VALUE_RE.search(body):
-        raise ConfigError(f"--extra-body-json value at {path!r} looks like an API key; refused")
+        raise ConfigError(f"--extra-body-json value at {path!r} looks like an API key; refused",
+                          fields={"extra_body": f"the value at {path!r} looks like an API key; "
+                                  "refused"})

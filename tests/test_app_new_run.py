@@ -10,7 +10,7 @@ from textual.widgets import Button, Checkbox, Input, Select, Static
 
 from engine.records import RunDir
 from pqid_tui.app import PqidApp, make_app
-from pqid_tui.screens.new_run import NewRunScreen, field_for
+from pqid_tui.screens.new_run import NewRunScreen
 from tests.helpers import write_release
 from tests.test_app_support import SIZE, FakeReplayService, make_run
 
@@ -33,17 +33,6 @@ async def set_input(pilot: Any, screen: NewRunScreen, name: str, value: str) -> 
     await pilot.pause()
 
 
-def test_engine_messages_land_beside_their_field() -> None:
-    assert field_for("temperature: Input should be less than or equal to 2") == "temperature"
-    assert field_for("max-output-tokens: Input should be greater than or equal to 1") == (
-        "max_output_tokens")
-    assert field_for("--split 'x': the release has splits dev, test") == "split"
-    assert field_for("--prompt-ids: the release has no prompt 'nope'") == "prompt_ids"
-    assert field_for("--base-url must not carry credentials (user:password@host)") == "base_url"
-    assert field_for("--extra-body-json field 'api_key' looks like a credential") == "extra_body"
-    assert field_for("something about the whole run") == ""
-
-
 async def test_plan_follows_the_form_and_errors_sit_beside_fields(tmp_path: Path) -> None:
     release = write_release(tmp_path / "release", count=6)
     app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
@@ -61,10 +50,10 @@ async def test_plan_follows_the_form_and_errors_sit_beside_fields(tmp_path: Path
 
         await set_input(pilot, screen, "temperature", "5")
         assert screen.plan is None
-        assert "less than or equal to 2" in text_of(screen, "#err-temperature")
+        assert text_of(screen, "#err-temperature") == "must be at most 2"
         await set_input(pilot, screen, "max_output_tokens", "0")
-        assert "greater than or equal to 1" in text_of(screen, "#err-max_output_tokens")
-        assert "less than or equal to 2" in text_of(screen, "#err-temperature")
+        assert text_of(screen, "#err-max_output_tokens") == "must be at least 1"
+        assert text_of(screen, "#err-temperature") == "must be at most 2"
         await set_input(pilot, screen, "max_output_tokens", "2048")
         assert screen.query_one("#start", Button).disabled
         await set_input(pilot, screen, "temperature", "warm")
@@ -87,7 +76,8 @@ async def test_plan_follows_the_form_and_errors_sit_beside_fields(tmp_path: Path
         screen.query_one("#provider", Select).value = "groq"
         await pilot.pause()
         await set_input(pilot, screen, "base_url", "https://user:pw@example.com/v1")
-        assert "must not carry credentials" in text_of(screen, "#err-base_url")
+        assert text_of(screen, "#err-base_url").startswith("must not carry credentials")
+        assert "--" not in text_of(screen, "#err-base_url")  # no command-line flag in a form
         await set_input(pilot, screen, "base_url", "")
         await set_input(pilot, screen, "model", "llama")
         assert screen.plan is not None
@@ -103,7 +93,7 @@ async def test_a_provider_route_needs_the_acknowledgement(tmp_path: Path) -> Non
         screen.query_one("#provider", Select).value = "groq"
         await pilot.pause()
         assert screen.query_one("#model", Input).value == ""
-        assert "at least 1 character" in text_of(screen, "#err-model")
+        assert text_of(screen, "#err-model") == "required"
         await set_input(pilot, screen, "model", "llama")
         assert screen.plan is not None and not screen.errors
         ack = screen.query_one("#acknowledge", Checkbox)
@@ -194,19 +184,19 @@ async def test_advanced_settings_are_validated_and_reach_the_config(tmp_path: Pa
         assert screen.query_one("#advanced", Collapsible).collapsed
         await set_input(pilot, screen, "request_timeout_seconds", "0")
         assert screen.plan is None
-        assert "greater than 0" in text_of(screen, "#err-request_timeout_seconds")
+        assert text_of(screen, "#err-request_timeout_seconds") == "must be more than 0"
         assert not screen.query_one("#advanced", Collapsible).collapsed  # the error shows
         await set_input(pilot, screen, "request_timeout_seconds", "30")
         await set_input(pilot, screen, "sleep_seconds", "-1")
-        assert "greater than or equal to 0" in text_of(screen, "#err-sleep_seconds")
+        assert text_of(screen, "#err-sleep_seconds") == "must be at least 0"
         await set_input(pilot, screen, "sleep_seconds", "slow")
         assert text_of(screen, "#err-sleep_seconds") == "must be a number"
         await set_input(pilot, screen, "sleep_seconds", "1.5")
         await set_input(pilot, screen, "max_new", "-2")
-        assert "greater than or equal to 0" in text_of(screen, "#err-max_new")
+        assert text_of(screen, "#err-max_new") == "must be at least 0"
         await set_input(pilot, screen, "max_new", "4")
         await set_input(pilot, screen, "retry_backoff_seconds", "700")
-        assert "less than or equal to 600" in text_of(screen, "#err-retry_backoff_seconds")
+        assert text_of(screen, "#err-retry_backoff_seconds") == "must be at most 600"
         await set_input(pilot, screen, "retry_backoff_seconds", "3")
         await set_input(pilot, screen, "max_backoff_seconds", "30")
         await set_input(pilot, screen, "max_retry_after_seconds", "90")

@@ -87,8 +87,8 @@ def test_selection_by_split_ids_and_limit(release_dir: Path) -> None:
     (["--base-url", "ftp://example.com"], "must be an http"),
     (["--header", "Authorization:Bearer x"], "looks like a credential"),
     (["--provider", "nosuch"], "unknown provider 'nosuch'"),
-    (["--temperature", "9"], "temperature: Input should be less than or equal to 2"),
-    (["--limit", "0"], "limit: Input should be greater than or equal to 1"),
+    (["--temperature", "9"], "temperature: must be at most 2"),
+    (["--limit", "0"], "limit: must be at least 1"),
 ])
 def test_bad_settings_are_one_clear_error(release_dir: Path, args: list[str], message: str
                                           ) -> None:
@@ -188,3 +188,23 @@ def test_dry_run_into_a_closed_pipe_ends_quietly(release_dir: Path) -> None:
     proc.wait(timeout=60)
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     assert proc.returncode == 141
+
+
+def test_a_config_error_carries_its_fields_in_plain_words(release_dir: Path) -> None:
+    from engine.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        make_config(release_dir=release_dir, provider="groq", model="", limit=0,
+                    temperature=5, concurrency="many")
+    fields = caught.value.fields
+    assert fields == {"model": "required", "limit": "must be at least 1",
+                      "temperature": "must be at most 2",
+                      "concurrency": "must be a whole number"}, fields
+    assert "Input should" not in str(caught.value) and "String should" not in str(caught.value)
+    from engine.routes import check_base_url
+
+    with pytest.raises(ConfigError) as caught:
+        check_base_url("https://user:pw@example.com/v1")
+    assert str(caught.value).startswith("--base-url must not carry credentials")
+    assert list(caught.value.fields) == ["base_url"]
+    assert "--" not in caught.value.fields["base_url"]

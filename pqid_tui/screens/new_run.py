@@ -54,35 +54,6 @@ ADVANCED_NUMBERS = (
     ("max_new", "max new prompts (optional)", ""),
 )
 # Engine messages that name a setting by its flag rather than by its field.
-MESSAGE_FIELDS = (
-    ("provider", ("unknown provider",)),
-    ("base_url", ("--base-url", "base-url", "oracle route runs in-process")),
-    ("extra_body", ("--extra-body-json", "extra-body", "extra body")),
-    ("split", ("--split",)),
-    ("prompt_ids", ("--prompt-ids", "prompt-ids")),
-    ("limit", ("the selection is empty",)),
-    ("max_output_field", ("max-output-field",)),
-    ("headers", ("header ", "--header")),
-    ("api_key_file", ("--api-key-file", "api-key-file")),
-)
-
-
-def field_for(message: str) -> str:
-    """The form field an engine error message is about ("" when it is about the whole run)."""
-    head = message.split(":", 1)[0].strip().lstrip("-").replace("-", "_")
-    if head in INPUT_FIELDS or head in ("provider", "split", "max_output_field"):
-        return head
-    for name, needles in MESSAGE_FIELDS:
-        if any(n in message for n in needles):
-            return name
-    return ""
-
-
-def split_messages(message: str) -> list[str]:
-    """One config error per field: `a: x; b: y` splits, `x; refused (...)` does not."""
-    return re.split(r"; (?=[a-z][a-z_-]*: )", message)
-
-
 def parse_headers(text: str) -> tuple[dict[str, str], str]:
     """`Name: value; Other: value` as a header dict, and an error ("" when well-formed)."""
     out: dict[str, str] = {}
@@ -355,7 +326,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
                 # Checked here too: the config raises on it before reporting other fields.
                 check_extra_body(extra)
             except ConfigError as exc:
-                errors["extra_body"] = str(exc)
+                errors["extra_body"] = exc.fields.get("extra_body", str(exc))
                 extra = {}
         ids = tuple(x for x in re.split(r"[,\s]+", self._value("prompt_ids")) if x) or None
         headers, problem = parse_headers(self._value("headers"))
@@ -408,15 +379,14 @@ prompts that were in flight when a run died (a possible extra paid draw).
                 plan.cost_estimate()  # a price table that cannot be read: say so here
                 self.plan = plan
             except PqidError as exc:
-                for part in split_messages(str(exc)):
-                    errors.setdefault(field_for(part), part)
+                self._place(exc, errors)
             if config is None:
                 # The route is checked only when planning; check it now so its error shows
                 # beside the base URL even while another field is wrong.
                 try:
                     resolve_route(fields["provider"], fields["base_url"])
                 except PqidError as exc:
-                    errors.setdefault(field_for(str(exc)), str(exc))
+                    self._place(exc, errors)
         self._check_output_dir(fields, errors)
         self.errors = errors
         advanced = {"headers", "api_key_file", *(n for n, _, _ in ADVANCED_NUMBERS)}
@@ -430,6 +400,21 @@ prompts that were in flight when a run died (a possible extra paid draw).
             self._shown["plan"] = plan_text.plain
             self.query_one("#plan", Static).update(plan_text)
         self.query_one("#start", Button).disabled = not self.can_start()
+
+    @staticmethod
+    def _place(exc: PqidError, errors: dict[str, str]) -> None:
+        """An engine error beside the fields it names (a ConfigError's `fields`), else as an
+        error of the whole form."""
+        fields = exc.fields if isinstance(exc, ConfigError) else {}
+        known = {*INPUT_FIELDS, "provider", "split", "max_output_field"}
+        for name, message in fields.items():
+            if name in known:
+                errors.setdefault(name, message)
+            else:
+                errors.setdefault("", f"{name.replace('_', ' ')}: {message}" if name
+                                  else message)
+        if not fields:
+            errors.setdefault("", str(exc))
 
     def _set_text(self, widget_id: str, text: str) -> None:
         # Updating an unchanged Static still costs a layout pass; skip it.
@@ -509,7 +494,8 @@ prompts that were in flight when a run died (a possible extra paid draw).
         if self.plan is None:
             text.append("No plan: fix the fields marked in the form.\n", style="bold")
             for name, message in self.errors.items():
-                text.append_text(plain(f"• {name or 'run'}: {message}\n"))
+                label = name.replace("_", " ") if name else "run"
+                text.append_text(plain(f"• {label}: {message}\n"))
             return text
         d = self.plan.to_dict()
         route, sel, contract = d["route"], d["selection"], d["generation_contract"]
