@@ -61,13 +61,14 @@ from engine.events import (
     RunFinished,
     RunStarted,
 )
+from engine.layout import BATCH_STATE
 from engine.model_identity import check_model
 from engine.plan import PlannedRequest
 from engine.records import ERROR, IN_FLIGHT, Reconciled, utc_now
 from engine.runner import LiveRun, RunControl, RunResult, _redact, _redact_text
 from engine.storage import atomic_write_bytes, atomic_write_json, canonical_json, sha256_hex
 
-STATE_FILE = "batch-state.json"
+STATE_FILE = BATCH_STATE
 STATE_FORMAT = "pqid-batch-state/1"
 ENDPOINT = "/v1/chat/completions"
 COMPLETION_WINDOW = "24h"

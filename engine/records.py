@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError, ResumeRefused
+from engine.layout import ATTEMPTS, MANIFEST, RAW, RECORDS, REQUESTS, RESPONSES, SUMMARY
 from engine.storage import (
     append_jsonl,
     atomic_write_bytes,
@@ -19,13 +20,6 @@ from engine.storage import (
     repair_torn_tail,
 )
 
-MANIFEST = "run-manifest.json"
-REQUESTS = "requests.jsonl"
-RESPONSES = "responses.jsonl"
-ATTEMPTS = "provider-attempts.jsonl"
-RECORDS = "records"
-RAW = "raw"
-SUMMARY = "run-summary.json"
 RUN_FORMAT = "pqid-run/1"
 
 # Record states on disk. "uncertain" is never written: it is what "in_flight" means after a crash.

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from engine import layout
 from engine.config import LiveRunConfig, make_config
 from engine.errors import ConfigError, PqidError, ResumeRefused
 from engine.events import (
@@ -28,12 +29,13 @@ from engine.events import (
     RunFinished,
     RunStarted,
 )
+from engine.layout import EVALUATION_DIR, MANIFEST
 from engine.records import RunDir
 from engine.routes import PRESETS
 from engine.runner import LiveRun, RunControl, RunResult, response_note
 from engine.storage import canonical_json, sha256_hex
 
-EVALUATIONS_FILE = "evaluation/pqid_bench_canonical_evaluations.jsonl"
+EVALUATIONS_FILE = f"{EVALUATION_DIR}/{layout.EVALUATIONS_FILE}"
 STATES = ("pending", "in_flight", "saving", "retrying", "success", "error", "uncertain",
           "skipped")
 QUEUE_STATES = ("retrying", "error", "uncertain")
@@ -117,7 +119,7 @@ def list_runs(runs_dir: Path) -> list[RunInfo]:
     if not runs_dir.is_dir():
         return []
     return [read_run_info(child) for child in sorted(runs_dir.iterdir())
-            if child.is_dir() and (child / "run-manifest.json").exists()]
+            if child.is_dir() and (child / MANIFEST).exists()]
 
 
 # -- one prompt's evidence -----------------------------------------------------------------------

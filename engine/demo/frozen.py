@@ -56,10 +56,11 @@ from typing import Any, Protocol
 
 from engine.demo import DEMO_RELEASE_DIR
 from engine.demo import build as demo_build
+from engine.layout import RESPONSES
 
 LOCAL_BASE_IMAGE = "pqid-base:bookworm"
 LOCAL_WHEELHOUSE = Path(".ci/wheelhouse")
-RESPONSES_FILE = "responses.jsonl"
+RESPONSES_FILE = RESPONSES
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from engine.layout import EVALUATION_DIR, EVALUATIONS_FILE, MANIFEST, RESPONSES
 from pqid_tui.batch.progress import replay_progress
 from pqid_tui.batch.run_model import make_progress
 
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     release_dir = args.release_dir or DEMO_RELEASE_DIR
     out: Path = args.output_dir
-    resume = (out / "run-manifest.json").exists()
+    resume = (out / MANIFEST).exists()
     say: Callable[[str], None] = (lambda text: None) if args.quiet else (
         lambda text: print(text, file=sys.stderr, flush=True))
     say(f"1/3 oracle run -> {out}")
@@ -84,14 +85,14 @@ def run(args: argparse.Namespace) -> int:
         wheelhouse = LOCAL_WHEELHOUSE
     say(f"2/3 replay in Docker (base image {base_image or 'Dockerfile default'}, "
         f"wheelhouse {wheelhouse or 'none: package index'})")
-    result = replay(release_dir, out / "responses.jsonl", out / "evaluation",
+    result = replay(release_dir, out / RESPONSES, out / EVALUATION_DIR,
                     acknowledge_code_execution=True, build_image=True, base_image=base_image,
                     wheelhouse=wheelhouse, overwrite=True,
                     progress=None if args.quiet else replay_progress(sys.stderr))
-    evaluations = out / "evaluation" / "pqid_bench_canonical_evaluations.jsonl"
+    evaluations = out / EVALUATION_DIR / EVALUATIONS_FILE
     say("3/3 compare with the frozen matrix")
     comparison = compare(load_release(release_dir), evaluations,
-                         candidate_manifest=out / "run-manifest.json",
+                         candidate_manifest=out / MANIFEST,
                          split=None if args.split == "all" else args.split)
     print(comparison.render(args.format))
     return 1 if result.summary["categories"].get("not_evaluated") else 0

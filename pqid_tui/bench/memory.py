@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.layout import SUMMARY
+
 TARGET_MIB = 300.0
 APP_SIZE = (160, 50)
 
@@ -263,7 +265,7 @@ def batch_args(base: str, release: Path, out: Path, concurrency: int) -> list[st
 def find_summary(run_dir: Path) -> dict[str, Any]:
     """The counts of the run's `run-summary.json` (empty when there is none)."""
     try:
-        data = json.loads((run_dir / "run-summary.json").read_text())
+        data = json.loads((run_dir / SUMMARY).read_text())
     except (OSError, ValueError):
         return {}
     return {k: data.get(k) for k in ("success", "error", "pending", "uncertain")}

@@ -27,6 +27,7 @@ from textual.widgets import (
 
 from engine.config import DEFAULT_CONCURRENCY, LiveRunConfig, make_config
 from engine.errors import ConfigError, PqidError
+from engine.layout import MANIFEST
 from engine.plan import Plan, build_plan
 from engine.records import RunDir, check_same_contract
 from engine.routes import PRESETS, check_extra_body, resolve_route
@@ -431,7 +432,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
             box.display = False
             return
         nonempty = path.is_dir() and any(path.iterdir())
-        if nonempty and (path / "run-manifest.json").exists():
+        if nonempty and (path / MANIFEST).exists():
             self.run_info = info = read_run_info(path)
             box.display = True
             text = Text()

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from engine.errors import PqidError, UsageError
 from engine.events import ProgressCallback
+from engine.layout import EVALUATION_DIR, MANIFEST, RESPONSES
 from pqid_tui.widgets.sort_table import Cell, Column, Row
 
 METRICS = ("execution", "structural_match", "qasm3_export", "equivalence")
@@ -232,7 +233,7 @@ class EngineReplayService:
                overwrite: bool) -> dict[str, int]:
         from engine.replay import replay
 
-        result = replay(release_dir, run_dir / "responses.jsonl", run_dir / "evaluation",
+        result = replay(release_dir, run_dir / RESPONSES, run_dir / EVALUATION_DIR,
                         acknowledge_code_execution=acknowledge_code_execution,
                         base_image=options.base_image, wheelhouse=options.wheelhouse,
                         progress=progress, runner=self._runner(options), overwrite=overwrite)
@@ -247,7 +248,7 @@ class EngineReplayService:
         if not path.is_file():
             raise UsageError(f"{run_dir.name} has not been replayed yet: start a replay first")
         release = load_release(release_dir)
-        manifest = run_dir / "run-manifest.json"
+        manifest = run_dir / MANIFEST
         try:
             selected = json.loads(manifest.read_text()).get("selected_prompt_ids") or []
         except (OSError, ValueError, AttributeError):
