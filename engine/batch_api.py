@@ -52,7 +52,13 @@ import httpx
 from engine import __version__
 from engine.adapters import Reply, error_for_status
 from engine.config import LiveRunConfig
-from engine.errors import ConfigError, InputError, ProviderError, ResumeRefused, UsageError
+from engine.errors import (
+    BatchApiError,
+    ConfigError,
+    InputError,
+    ProviderError,
+    ResumeRefused,
+)
 from engine.events import (
     BatchPolled,
     ProgressCallback,
@@ -83,20 +89,6 @@ _LIST_PAGE = 100
 _LIST_MAX_PAGES = 20
 # Listed batches are newest first; stop paging once they are this much older than our create.
 _LIST_SLACK_SECONDS = 3600
-
-
-class BatchApiError(UsageError):
-    """The Files or Batches endpoint refused a request, or stayed unreachable.
-
-    The batch state in the run directory is kept: `--resume` continues where this stopped.
-    `transient` marks a failure that waiting may cure (5xx, 429, connection, timeout).
-    """
-
-    def __init__(self, message: str, *, status: int | None = None,
-                 transient: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.transient = transient
 
 
 def _utc(ts: Any) -> str | None:

@@ -9,8 +9,12 @@
     |   +-- InputError           a responses or evaluations file that cannot be read
     |   +-- CompareRefused       a comparison that would not be on the same footing
     |   +-- RunWriteError        the run's evidence could not be written (disk full, ...)
+    |   +-- BatchApiError        the Batch API's Files or Batches endpoint refused or was down
     +-- DockerUnavailable        no Docker Engine reachable (also a UsageError: start it)
     +-- ProviderError            one provider attempt failed (carried in attempt records)
+
+    SendTimeout, SendFailed      a transport's answer to one request (the runner turns them
+                                 into a ProviderError of that attempt; never shown as such)
 """
 
 from __future__ import annotations
@@ -79,3 +83,25 @@ class ProviderError(PqidError):
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
+
+
+class BatchApiError(UsageError):
+    """The Files or Batches endpoint refused a request, or stayed unreachable.
+
+    The batch state in the run directory is kept: `--resume` continues where this stopped.
+    `transient` marks a failure that waiting may cure (5xx, 429, connection, timeout).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None,
+                 transient: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.transient = transient
+
+
+class SendTimeout(Exception):
+    """No complete answer within the timeout."""
+
+
+class SendFailed(Exception):
+    """The connection failed or the answer was not a complete HTTP response."""

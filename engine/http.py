@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
+from engine.errors import SendFailed, SendTimeout
+
 if TYPE_CHECKING:
     import aiohttp
 
@@ -31,14 +33,6 @@ class WireResponse:
     status: int
     headers: dict[str, str]  # names in lower case
     body: bytes
-
-
-class SendTimeout(Exception):
-    """No complete answer within the timeout."""
-
-
-class SendFailed(Exception):
-    """The connection failed or the answer was not a complete HTTP response."""
 
 
 class Sender(Protocol):

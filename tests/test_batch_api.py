@@ -16,15 +16,10 @@ import httpx
 import pytest
 
 from engine import load_release, make_config, run_live_model
-from engine.batch_api import (
-    STATE_FILE,
-    BatchApiError,
-    BatchPolled,
-    run_batch_api,
-    run_batch_api_async,
-)
-from engine.errors import ConfigError, ResumeRefused, UsageError
-from engine.events import Event
+from engine.batch_api import run_batch_api, run_batch_api_async
+from engine.errors import BatchApiError, ConfigError, ResumeRefused, UsageError
+from engine.events import BatchPolled, Event
+from engine.layout import BATCH_STATE as STATE_FILE
 from engine.records import RunDir
 from engine.runner import RunControl
 from tests.batchserver import BatchScript, BatchServer
