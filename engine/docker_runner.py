@@ -13,6 +13,12 @@ graded), then `done` (or `fatal`). When the evaluator dies before `done`, the it
 are kept, the item it was running is scored as an execution error ("the evaluator was
 killed"; several in progress are first run again one by one to find it), and the rest go to a
 fresh evaluator, so that one response cannot take the others down.
+
+Ctrl-C (KeyboardInterrupt, which the command line also makes of SIGTERM) removes every
+container of the runner, the image probes' included, and then surfaces as `Interrupted`, which
+names any container Docker would not remove. The calls that create a container and the calls
+that remove one hold Ctrl-C until they return, so that an interrupt can neither leave a
+container whose ID never came back nor cut a removal short.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -46,6 +53,7 @@ DEFAULT_BASE_IMAGE = "python:3.11-slim"
 IMAGE_REPOSITORY = "pqid-evaluator"
 REPLAY_LABEL = "pqid-tui.replay"
 RUN_LABEL = "pqid-tui.run"
+ROLE_LABEL = "pqid-tui.role"  # "evaluator", or "probe" for an image's environment listing
 OWNER_LABEL = "pqid-tui.owner"
 INPUTS_LABEL = "pqid-tui.evaluator-inputs"
 CONTAINER_USER = "10001:10001"  # the image's default user
@@ -69,6 +77,23 @@ _MAX_LINE = 64 * 1024 * 1024
 
 class EvaluatorFailed(PqidError):
     """The evaluator could not evaluate anything (it would not start, or broke the protocol)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the runner, which removed its containers; `left`: those it could not."""
+
+    def __init__(self, run_id: str, left: Sequence[str] = ()) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.left = tuple(left)
+
+    def message(self) -> str:
+        """One line for the user: that nothing is left, or what is and how to remove it."""
+        if not self.left:
+            return "interrupted; no evaluator container is left"
+        return (f"interrupted; left behind: {', '.join(self.left)}; remove with "
+                f"`docker rm -f $(docker ps -aq --filter label={RUN_LABEL}={self.run_id})` "
+                "(the next replay also removes it)")
 
 
 class ImageBuildError(UsageError):
@@ -159,6 +184,42 @@ def killed_evaluation(prompt_id: str, reason: str) -> dict[str, Any]:
                  f"({reason}); the remaining responses were evaluated by a fresh evaluator",
         "duration_ms": None, "evaluator_killed": True,
     }
+
+
+# -- interrupts ------------------------------------------------------------------------------------
+
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _interrupts_held(*, redeliver: bool = True) -> Iterator[list[int]]:
+    """Hold SIGINT and SIGTERM while the block runs; yield the list of those that arrived.
+
+    On the way out the held signals are raised again (unless `redeliver` is false), so the
+    interrupt still happens, only after the block. A no-op outside the main thread, which is
+    the only one Python delivers signals to, and for a signal the process ignores.
+    """
+    arrived: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield arrived
+        return
+    previous: dict[int, Any] = {}
+
+    def hold(signum: int, frame: object) -> None:
+        arrived.append(signum)
+
+    try:
+        for held in _HELD_SIGNALS:
+            handler = signal.getsignal(held)
+            if handler is not None and handler != signal.SIG_IGN:
+                previous[held] = signal.signal(held, hold)
+        yield arrived
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if redeliver:
+            for signum in dict.fromkeys(arrived):
+                signal.raise_signal(signum)
 
 
 # -- the session: one evaluator process or container ---------------------------------------------
@@ -665,12 +726,18 @@ class _ContainerSession:
         # namespace's init that it has no handler for); it reaps and sweeps orphans itself.
         # The low-level call with detach=False sets StdinOnce: the container's stdin closes
         # when ours does, which is how the evaluator learns that the items are all there.
-        created = api.create_container(
-            image, stdin_open=True, detach=False, tty=False, user=container_user(),
-            hostname="evaluator", environment={}, host_config=host_config,
-            labels={REPLAY_LABEL: "1", RUN_LABEL: run_id, OWNER_LABEL: _owner()})
-        self.container = client.containers.get(created["Id"])
+        self.container_id: str | None = None
+        self.container: Any = None
         try:
+            # Ctrl-C waits for the ID: an interrupted call may still create the container.
+            with _interrupts_held():
+                created = api.create_container(
+                    image, stdin_open=True, detach=False, tty=False, user=container_user(),
+                    hostname="evaluator", environment={}, host_config=host_config,
+                    labels={REPLAY_LABEL: "1", RUN_LABEL: run_id, ROLE_LABEL: "evaluator",
+                            OWNER_LABEL: _owner()})
+                self.container_id = str(created["Id"])
+            self.container = client.containers.get(self.container_id)
             self.response_sock = self.container.attach_socket(
                 params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             self.sock = _raw_socket(self.response_sock)
@@ -716,8 +783,23 @@ class _ContainerSession:
         for closable in (getattr(self, "sock", None), getattr(self, "response_sock", None)):
             with contextlib.suppress(Exception):
                 closable.close()  # type: ignore[union-attr]
-        with contextlib.suppress(Exception):
-            self.container.remove(force=True)
+        if self.container_id is not None:
+            _remove_container(self.client, self.container_id)
+            self.container_id = None
+
+
+def _remove_container(client: Any, container_id: str) -> str | None:
+    """Force-remove a container, holding Ctrl-C until Docker answers; return why it failed."""
+    from docker.errors import NotFound
+
+    with _interrupts_held():
+        try:
+            client.api.remove_container(container_id, force=True)
+        except NotFound:
+            return None
+        except Exception as exc:  # the engine's answer, or none (a timeout, a lost socket)
+            return _short(exc)
+    return None
 
 
 # Lists the interpreter and every installed distribution; run in the image itself.
@@ -729,28 +811,48 @@ _PROBE = ("import importlib.metadata as m, json, platform\n"
 _probed: dict[tuple[str, str], dict[str, Any]] = {}
 
 
-def _probe_image(client: Any, image: str, python: str) -> dict[str, Any]:
+_PROBE_SECONDS = 120
+
+
+def _probe_image(client: Any, image: str, python: str, run_id: str) -> dict[str, Any]:
     """The interpreter and the distributions of an image (cached by image ID for the process).
 
     Runs `python -c` in a throwaway container as locked down as the evaluator's (no network,
     read-only, no capabilities): the image's own word, not what its inputs were meant to make.
+    The container carries the runner's `run_id`, and is removed here on every path.
     """
     from docker.errors import DockerException
 
+    container: Any = None
     try:
         image_id = str(client.images.get(image).id)
         key = (image_id, python)
         if key in _probed:
             return dict(_probed[key])
-        output = client.containers.run(
-            image_id, entrypoint=[python], command=["-c", _PROBE], network_mode="none",
-            read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
-            user=container_user(), mem_limit="512m", pids_limit=64, environment={},
-            tmpfs={"/tmp": "rw,nosuid,nodev,size=16m"}, remove=True, stdout=True,
-            stderr=False, labels={REPLAY_LABEL: "1", RUN_LABEL: "probe", OWNER_LABEL: _owner()})
-    except DockerException as exc:
+        # Not `containers.run(remove=True)`: its removal is skipped by an interrupt, and its
+        # wait has no time limit.
+        with _interrupts_held():
+            container = client.containers.create(
+                image_id, entrypoint=[python], command=["-c", _PROBE], network_mode="none",
+                read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+                user=container_user(), mem_limit="512m", pids_limit=64, environment={},
+                tmpfs={"/tmp": "rw,nosuid,nodev,size=16m"},
+                labels={REPLAY_LABEL: "1", RUN_LABEL: run_id, ROLE_LABEL: "probe",
+                        OWNER_LABEL: _owner()})
+        container.start()
+        status = container.wait(timeout=_PROBE_SECONDS).get("StatusCode")
+        output = container.logs(stdout=True, stderr=status != 0)
+        if status != 0:
+            said = " ".join(bytes(output).decode("utf-8", "replace").split())
+            raise EvaluatorFailed(f"could not list the Python environment of {image} "
+                                  f"(`{python}` in it exited with status {status}): "
+                                  f"{said[-300:]}")
+    except (DockerException, OSError) as exc:  # OSError: requests' errors, a wait's timeout
         raise EvaluatorFailed(f"could not list the Python environment of {image} "
                               f"(`{python}` in it): {_short(exc)}") from None
+    finally:
+        if container is not None:
+            _remove_container(client, container.id)
     lines = [ln for ln in bytes(output).decode("utf-8", "replace").splitlines() if ln.strip()]
     try:
         found = json.loads(lines[-1])
@@ -846,6 +948,10 @@ class DockerEvaluatorRunner:
 
     def ensure_image(self, *, build: bool, progress: ProgressCallback | None = None) -> str:
         """Build or reuse the image, after checking that its Python is the release's."""
+        with self._removing_on_interrupt():
+            return self._ensure_image(build=build, progress=progress)
+
+    def _ensure_image(self, *, build: bool, progress: ProgressCallback | None) -> str:
         from docker.errors import ImageNotFound
 
         context = self._context()
@@ -860,12 +966,13 @@ class DockerEvaluatorRunner:
                     f"the evaluator image {tag} (base {self.base_image}) does not exist yet: "
                     "pass --build-image to build it") from None
             # Checked before a build of minutes, which would fail or make the wrong thing.
-            self._check_python(_probe_image(self.client, self.base_image, "python3"))
+            self._check_python(_probe_image(self.client, self.base_image, "python3",
+                                            self.run_id))
             self._build(context, tag, digest, progress)
             built = True
         else:
             built = False
-        facts = _probe_image(self.client, tag, "/opt/pqid-venv/bin/python")
+        facts = _probe_image(self.client, tag, "/opt/pqid-venv/bin/python", self.run_id)
         self._check_python(facts)
         self.image = tag
         self.image_facts = {**facts, "image": tag,
@@ -974,6 +1081,11 @@ class DockerEvaluatorRunner:
 
     def run(self, items: Sequence[EvaluationItem], config: EvaluatorConfig,
             on_line: LineCallback | None = None) -> RunOutcome:
+        with self._removing_on_interrupt():
+            return self._run(items, config, on_line)
+
+    def _run(self, items: Sequence[EvaluationItem], config: EvaluatorConfig,
+             on_line: LineCallback | None) -> RunOutcome:
         if self.image is None:
             self.ensure_image(build=False)
         assert self.image is not None
@@ -991,3 +1103,30 @@ class DockerEvaluatorRunner:
                                       f"container from {image}: {_short(exc)}") from None
 
         return _drive(start, items, config, on_line, self.wall_clock_seconds)
+
+    @contextlib.contextmanager
+    def _removing_on_interrupt(self) -> Iterator[None]:
+        """Turn Ctrl-C into `Interrupted`, once every container of this runner is removed."""
+        try:
+            yield
+        except Interrupted:
+            raise
+        except KeyboardInterrupt:
+            raise Interrupted(self.run_id, self.remove_own_containers()) from None
+
+    def remove_own_containers(self) -> list[str]:
+        """Remove every container this runner made; return those it could not, with why."""
+        # Further Ctrl-Cs are absorbed: the first one is already on its way out.
+        with _interrupts_held(redeliver=False):
+            try:
+                found = self.client.api.containers(
+                    all=True, filters={"label": f"{RUN_LABEL}={self.run_id}"})
+            except Exception as exc:  # the engine's answer, or none
+                return [f"any container labelled {RUN_LABEL}={self.run_id} (could not list "
+                        f"them: {_short(exc)})"]
+            left = []
+            for container in found:
+                why = _remove_container(self.client, container["Id"])
+                if why is not None:
+                    left.append(f"container {container['Id'][:12]} ({why})")
+        return left

@@ -7,12 +7,16 @@ them. The evaluator image is built once per session and reused by tag afterwards
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -159,8 +163,6 @@ def test_a_wall_clock_overrun_is_an_infrastructure_failure(
 
 def test_leftovers_of_dead_replays_are_removed(docker_client: Any,
                                                runner: DockerEvaluatorRunner) -> None:
-    import socket
-
     def make(owner: str, start: bool) -> Any:
         c = docker_client.containers.create(
             runner.image, entrypoint=["python3", "-c", "import time; time.sleep(120)"],
@@ -188,44 +190,168 @@ def test_leftovers_of_dead_replays_are_removed(docker_client: Any,
                 pass
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "passes alone, with its file and after the hostile and bench suites, but in the full "
-    "suite of a fresh clone the CLI does not exit within 60 s of SIGINT since the evaluator "
-    "pipeline changes of issue 7; cause not found yet (see README, known limits)"))
-def test_ctrl_c_removes_the_container(docker_client: Any, image: str, tmp_path: Path) -> None:
-    release = write_release(tmp_path / "release", count=6)
-    responses = tmp_path / "responses.jsonl"
-    responses.write_text(json.dumps({"prompt_id": "ghz_00",
-                                     "generated_code": "import time\ntime.sleep(120)\n"}) + "\n")
-    args = [sys.executable, "-m", "pqid_tui", "--batch", "replay", "--release-dir",
-            str(release), "--responses", str(responses), "--output-dir", str(tmp_path / "out"),
-            "--base-image", BASE_IMAGE, "--timeout-seconds", "100",
-            "--acknowledge-code-execution"]
-    if _wheelhouse():
-        args += ["--wheelhouse", str(_wheelhouse())]
-    # A container of an earlier test that is still going away must not count as this one's.
-    earlier = {c.id for c in replay_containers(docker_client)}
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+# -- Ctrl-C at each stage of a replay ------------------------------------------------------------
+
+SLEEPER = "import time\ntime.sleep(120)\n"
+
+# Starts the command line with SIGINT at the disposition a test asks for, as a terminal would
+# (SIG_DFL): a shell that runs the suite as a background job (`pytest &` in a script) hands its
+# children SIGINT ignored, and Python then leaves it ignored, so a Ctrl-C test would hang.
+_EXEC_PQID_TUI = ("import os, signal, sys\n"
+                  "signal.signal(signal.SIGINT, getattr(signal, sys.argv[1]))\n"
+                  "os.execv(sys.executable, [sys.executable, '-m', 'pqid_tui', *sys.argv[2:]])\n")
+
+
+class ReplayCli:
+    """`pqid-tui --batch replay` in a subprocess, observed through its stderr lines and the
+    Docker events of its own containers (those whose owner label names its PID).
+
+    The first container it creates is the image probe, the next ones evaluators (the image
+    exists already, so nothing is built).
+    """
+
+    def __init__(self, docker_client: Any, tmp_path: Path, lines: list[dict[str, Any]], *,
+                 sigint: str = "SIG_DFL") -> None:
+        release = write_release(tmp_path / "release", count=6)
+        responses = tmp_path / "responses.jsonl"
+        responses.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        self.output = tmp_path / "out"
+        args = ["--batch", "replay", "--release-dir", str(release), "--responses",
+                str(responses), "--output-dir", str(self.output), "--base-image", BASE_IMAGE,
+                "--timeout-seconds", "100", "--acknowledge-code-execution"]
+        if _wheelhouse():
+            args += ["--wheelhouse", str(_wheelhouse())]
+        self.client = docker_client
+        self.seen: queue.Queue[tuple[str, str]] = queue.Queue()
+        self.stderr: list[str] = []
+        self.created: list[str] = []
+        # Subscribed before the process starts, so that no event of its can be missed.
+        self.events = docker_client.events(decode=True, filters={"type": "container",
+                                                                 "label": REPLAY_LABEL})
+        self.proc = subprocess.Popen([sys.executable, "-c", _EXEC_PQID_TUI, sigint, *args],
+                                     cwd=ROOT, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        self.owner = f"{socket.gethostname()}:{self.proc.pid}"
+        self.readers = [threading.Thread(target=self._read_events, daemon=True),
+                        threading.Thread(target=self._read_stderr, daemon=True)]
+        for reader in self.readers:
+            reader.start()
+
+    def _read_events(self) -> None:
+        with contextlib.suppress(Exception):  # the stream ends when `close` cuts it
+            for event in self.events:
+                attributes = event.get("Actor", {}).get("Attributes", {})
+                if attributes.get(OWNER_LABEL) != self.owner:
+                    continue
+                cid, action = event.get("id", ""), event.get("Action", "")
+                if action == "create":
+                    self.created.append(cid)
+                role = "probe" if self.created[:1] == [cid] else "evaluator"
+                self.seen.put((f"{role} {action}", ""))
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr.append(line.rstrip("\n"))
+            self.seen.put(("stderr", line.rstrip("\n")))
+        self.seen.put(("exited", ""))
+
+    def wait_for(self, kind: str, text: str = "") -> None:
+        """Block until the process shows `kind` (`evaluator start`, `stderr` with `text`...)."""
+        while True:
+            try:
+                got, line = self.seen.get(timeout=120)
+            except queue.Empty:
+                pytest.fail(f"no {kind} {text} within 120 s; stderr: {self.stderr}")
+            if got == kind and text in line:
+                return
+            if got == "exited":
+                pytest.fail(f"the replay ended before {kind} {text}: {self.stderr}")
+
+    def send(self, signum: int = signal.SIGINT) -> None:
+        self.proc.send_signal(signum)
+
+    def finish(self) -> int:
+        """The exit status (a replay still running a minute after its signal has hung)."""
+        try:
+            return self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the replay did not exit within 60 s of its signal: {self.stderr}")
+
+    def containers(self) -> list[dict[str, Any]]:
+        return list(self.client.api.containers(
+            all=True, filters={"label": f"{OWNER_LABEL}={self.owner}"}))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.readers[1].join(timeout=10)
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
+        self.events.close()
+        self.readers[0].join(timeout=10)
+        for container in self.containers():  # not to leave this test's failure to the next
+            with contextlib.suppress(Exception):
+                self.client.api.remove_container(container["Id"], force=True)
+
+
+# What each signal interrupts: the responses, then what to wait for before each signal (a Docker
+# event of the replay's own containers, or a line of its stderr).
+STAGES: dict[str, tuple[list[str], list[tuple[str, str]]]] = {
+    "probing the image": ([SLEEPER], [("probe create", "")]),
+    "running the image probe": ([SLEEPER], [("probe start", "")]),
+    "creating the evaluator": ([SLEEPER], [("evaluator create", "")]),
+    "starting the evaluator": ([SLEEPER], [("evaluator start", "")]),
+    # The evaluator reports a result once the next snippet has run: two quick ones first.
+    "after the first result": ([GHZ_CODE.format(n=2), GHZ_CODE.format(n=3), SLEEPER],
+                               [("stderr", "[1/3] ghz_00: ok")]),
+    # Every response answered: the engine is removing the evaluator when the signal comes.
+    "removing the evaluator": ([GHZ_CODE.format(n=2)], [("evaluator kill", "")]),
+    "twice, the second during the removal": ([SLEEPER], [("evaluator start", ""),
+                                                         ("evaluator kill", "")]),
+}
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_ctrl_c_at_each_stage_exits_and_leaves_no_container(
+        docker_client: Any, image: str, tmp_path: Path, stage: str) -> None:
+    codes, waits = STAGES[stage]
+    cli = ReplayCli(docker_client, tmp_path, [
+        {"prompt_id": f"ghz_{i:02d}", "generated_code": code} for i, code in enumerate(codes)])
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            if any(c.status == "running" and c.id not in earlier
-                   for c in replay_containers(docker_client)):
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        for kind, text in waits:
+            cli.wait_for(kind, text)
+            cli.send()
+        status = cli.finish()
+        left = cli.containers()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, err
-    assert "interrupted" in err
-    assert [c for c in replay_containers(docker_client) if c.id not in earlier] == []
-    assert not (tmp_path / "out" / "pqid_bench_canonical_evaluations.jsonl").exists()
+        cli.close()
+    assert status == 130, cli.stderr
+    assert not any("Traceback" in line for line in cli.stderr), cli.stderr
+    said = [line for line in cli.stderr
+            if not line.startswith(("image ", "[")) and line.strip()]
+    assert len(said) == 1 and said[0].startswith("pqid-tui: interrupted"), cli.stderr
+    assert left == [], f"left behind: {left}; stderr: {cli.stderr}"
+    assert not (cli.output / "pqid_bench_canonical_evaluations.jsonl").exists()
+
+
+def test_sigterm_stops_a_replay_that_ignores_sigint(docker_client: Any, image: str,
+                                                    tmp_path: Path) -> None:
+    """A background job of a shell script starts with SIGINT ignored, and keeps it so (the
+    shell's wish); SIGTERM still stops it, and removes its container."""
+    cli = ReplayCli(docker_client, tmp_path, [{"prompt_id": "ghz_00", "generated_code": SLEEPER}],
+                    sigint="SIG_IGN")
+    try:
+        cli.wait_for("evaluator start")
+        cli.send(signal.SIGTERM)
+        status = cli.finish()
+        left = cli.containers()
+    finally:
+        cli.close()
+    assert status == 130, cli.stderr
+    assert cli.stderr[-1].startswith("pqid-tui: interrupted"), cli.stderr
+    assert left == [], f"left behind: {left}; stderr: {cli.stderr}"
 
 
 def test_a_missing_image_needs_build_image(docker_client: Any) -> None:

@@ -88,7 +88,7 @@ class ReplayProgress:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.docker_runner import EvaluatorFailed
+    from engine.docker_runner import EvaluatorFailed, Interrupted
     from engine.replay import replay
 
     try:
@@ -101,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
             allow_modified_release=args.allow_modified_release, overwrite=args.overwrite,
             wall_clock_seconds=args.container_timeout_seconds,
             allow_environment_mismatch=args.allow_environment_mismatch)
+    except Interrupted as exc:
+        # The container is already gone (or named, with the command that removes it).
+        print(f"pqid-tui: {exc.message()}", file=sys.stderr)
+        return 130
     except EvaluatorFailed as exc:
         # Not the user's mistake (exit 1, not 2), but still one message, not a traceback.
         print(f"pqid-tui: error: {exc}", file=sys.stderr)

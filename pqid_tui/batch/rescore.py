@@ -60,7 +60,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.docker_runner import EvaluatorFailed
+    from engine.docker_runner import EvaluatorFailed, Interrupted
     from engine.rescore import render, rescore
 
     try:
@@ -73,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
             allow_environment_mismatch=args.allow_environment_mismatch,
             allow_modified_release=args.allow_modified_release,
             progress=None if args.quiet else rescore_progress(sys.stderr))
+    except Interrupted as exc:
+        # The container is already gone (or named, with the command that removes it).
+        print(f"pqid-tui: {exc.message()}", file=sys.stderr)
+        return 130
     except EvaluatorFailed as exc:
         print(f"pqid-tui: error: {exc}", file=sys.stderr)
         return 1
