@@ -124,6 +124,34 @@ def duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+class ReplayProgress:
+    """One stderr line per evaluated prompt, plus the image build and a last line of counts."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.done = 0
+        self.t0 = time.monotonic()
+
+    def __call__(self, event: Event) -> None:
+        # Here, not at the top: building the parsers (--help) need not load the event types.
+        from engine.events import EvaluationFinished, ImageBuildLog, ImageReady, ReplayFinished
+
+        if isinstance(event, ImageBuildLog):
+            self._line(f"image: {escape_controls(event.line)}")
+        elif isinstance(event, ImageReady):
+            self._line(f"image {event.tag} {'built' if event.built else 'reused'}")
+        elif isinstance(event, EvaluationFinished):
+            self.done += 1
+            self._line(f"[{self.done}/{event.total}] {event.prompt_id}: {event.category}")
+        elif isinstance(event, ReplayFinished):
+            counts = ", ".join(f"{v} {k}" for k, v in event.counts.items() if v)
+            self._line(f"done in {time.monotonic() - self.t0:.1f}s: {counts} -> "
+                       f"{event.output_dir}")
+
+    def _line(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+
 class RescoreProgressPrinter:
     """Progress on stderr: the image, then cells done / total with the model's own count."""
 
@@ -258,8 +286,6 @@ class LiveRescoreProgress(CountLine):
 
 def replay_progress(stream: Any) -> Any:
     """One updating line on a terminal; one line per replayed prompt elsewhere."""
-    from pqid_tui.batch.replay import ReplayProgress
-
     return LiveReplayProgress(stream) if wants_live_line(stream) else ReplayProgress(stream)
 
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pqid_tui.batch import default_release_dir
-from pqid_tui.textsafe import escape_controls
 
 if TYPE_CHECKING:
-    from engine.events import Event
+    pass
 
 
 def register(sub: Any) -> None:
@@ -59,44 +57,17 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-class ReplayProgress:
-    """One stderr line per evaluated prompt, plus the image build and a last line of counts."""
-
-    def __init__(self, stream: Any = None) -> None:
-        self.stream = stream or sys.stderr
-        self.done = 0
-        self.t0 = time.monotonic()
-
-    def __call__(self, event: Event) -> None:
-        # Here, not at the top: building the parsers (--help) need not load the event types.
-        from engine.events import EvaluationFinished, ImageBuildLog, ImageReady, ReplayFinished
-
-        if isinstance(event, ImageBuildLog):
-            self._line(f"image: {escape_controls(event.line)}")
-        elif isinstance(event, ImageReady):
-            self._line(f"image {event.tag} {'built' if event.built else 'reused'}")
-        elif isinstance(event, EvaluationFinished):
-            self.done += 1
-            self._line(f"[{self.done}/{event.total}] {event.prompt_id}: {event.category}")
-        elif isinstance(event, ReplayFinished):
-            counts = ", ".join(f"{v} {k}" for k, v in event.counts.items() if v)
-            self._line(f"done in {time.monotonic() - self.t0:.1f}s: {counts} -> "
-                       f"{event.output_dir}")
-
-    def _line(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
-
-
 def run(args: argparse.Namespace) -> int:
     from engine.docker_runner import EvaluatorFailed, Interrupted
     from engine.replay import replay
+    from pqid_tui.batch.progress import replay_progress
 
     try:
         result = replay(
             Path(args.release_dir or default_release_dir()), args.responses, args.output_dir,
             acknowledge_code_execution=args.acknowledge, build_image=args.build_image,
             base_image=args.base_image, wheelhouse=args.wheelhouse,
-            progress=None if args.quiet else ReplayProgress(),
+            progress=None if args.quiet else replay_progress(sys.stderr),
             timeout_seconds=args.timeout_seconds,
             allow_modified_release=args.allow_modified_release, overwrite=args.overwrite,
             wall_clock_seconds=args.container_timeout_seconds,
