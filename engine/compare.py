@@ -29,7 +29,6 @@ Definitions (also printed with every comparison):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ from engine.evaluations import (
     to_csv,
 )
 from engine.release import CONTRACT_PQID_BENCH, CONTRACT_PROJECT, Release
+from engine.storage import read_json_file
 
 COMPARISON_FORMAT = "pqid-comparison/1"
 DEFAULT_INFRA_THRESHOLD = 0.02
@@ -179,14 +179,7 @@ def competition_ranks(counts: Sequence[int | None]) -> list[int | None]:
 
 def read_manifest(path: Path, release: Release) -> dict[str, Any]:
     """A candidate run manifest: its selected prompt IDs must belong to this release."""
-    try:
-        manifest = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise InputError(f"{path}: run manifest does not exist") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    manifest = read_json_file(path, InputError, missing="run manifest does not exist")
     if not isinstance(manifest, dict):
         raise InputError(f"{path}: expected a JSON object")
     ids = manifest.get("selected_prompt_ids")

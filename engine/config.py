@@ -131,7 +131,8 @@ def make_config(**fields: Any) -> LiveRunConfig:
 
 
 def validation_config_error(exc: ValidationError) -> ConfigError:
-    parts, by_field = [], {}
+    parts: list[str] = []
+    by_field: dict[str, str] = {}
     for err in exc.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "config"
         msg = plain_validation_message(err)

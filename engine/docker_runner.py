@@ -48,6 +48,7 @@ from typing import Any, Protocol
 from engine.environment import python_series
 from engine.errors import DockerUnavailable, PqidError, UsageError
 from engine.events import ImageBuildLog, ImageReady, ProgressCallback
+from engine.storage import sha256_file
 
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
 IMAGE_REPOSITORY = "pqid-evaluator"
@@ -627,7 +628,7 @@ class BuildContext:
         for name, data in self.files:
             h.update(f"file {name} {hashlib.sha256(data).hexdigest()}\n".encode())
         for wheel in self.wheelhouse:
-            h.update(f"wheel {wheel.name} {_sha256_path(wheel)}\n".encode())
+            h.update(f"wheel {wheel.name} {sha256_file(wheel)}\n".encode())
         return h.hexdigest()
 
     def tar(self) -> io.BytesIO:
@@ -647,14 +648,6 @@ class BuildContext:
                     tar.addfile(info, fh)
         buffer.seek(0)
         return buffer
-
-
-def _sha256_path(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class _FrameReader:

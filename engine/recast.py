@@ -9,7 +9,8 @@ import httpx
 
 from engine.config import LiveRunConfig
 from engine.events import ProgressCallback
-from engine.records import MANIFEST, RunDir
+from engine.layout import MANIFEST
+from engine.records import RunDir
 from engine.runner import RunResult, run_live_model_async
 
 RECAST_SUBDIR = "recast"

@@ -128,16 +128,18 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_jsonl_objects(path: Path, error: type[Exception]
+def read_jsonl_objects(path: Path, error: type[Exception], *,
+                       missing: str = "file is missing", what: str = ""
                        ) -> list[tuple[int, dict[str, Any]]]:
     """(line number, object) for every line of a file that must be whole: a missing file, a
-    line that is not JSON or not an object is `error`, naming the file and the line."""
+    line that is not JSON or not an object is `error`, naming the file and the line.
+    `missing` is what a missing file is called; `what` names the file in a read error."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise error(f"{path}: file is missing") from None
+        raise error(f"{path}: {missing}") from None
     except OSError as exc:
-        raise error(f"{path}: cannot read ({exc.strerror})") from None
+        raise error(f"{path}: cannot read{' ' + what if what else ''} ({exc.strerror})") from None
     rows: list[tuple[int, dict[str, Any]]] = []
     for number, line in enumerate(raw.split(b"\n"), start=1):
         if not line.strip():
@@ -150,3 +152,17 @@ def read_jsonl_objects(path: Path, error: type[Exception]
             raise error(f"{path}:{number}: expected a JSON object")
         rows.append((number, obj))
     return rows
+
+
+def read_json_file(path: Path, error: type[Exception], *, what: str = "",
+                   missing: str = "file is missing") -> Any:
+    """A whole JSON file, or `error` naming the file: `missing` when it does not exist, else
+    why it cannot be read or parsed (`what` names the file in those messages)."""
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise error(f"{path}: {missing}") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read{' ' + what if what else ''} ({exc.strerror})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{path}: {what + ' is ' if what else ''}not valid JSON ({exc})") from None

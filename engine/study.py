@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import ReleaseError
 from engine.release.model import FORMAT_PQID_BENCH_CORE, FORMAT_PQID_BENCH_EVIDENCE, Prompt, Release
+from engine.storage import read_jsonl_objects
 
 if TYPE_CHECKING:
     pass
@@ -222,19 +223,9 @@ def _read_archived_file(path: Path, rel: str) -> ArchivedRow:
     assert match is not None
     records: dict[str, Mapping[str, Any]] = {}
     first: Mapping[str, Any] | None = None
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise ReleaseError(f"{path}: cannot read ({exc.strerror})") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ReleaseError(f"{path}:{number}: not JSON ({exc})") from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("prompt_id"), str) or not \
-                isinstance(obj.get("request_body"), dict):
+    for number, obj in read_jsonl_objects(path, ReleaseError):
+        if not isinstance(obj.get("prompt_id"), str) or not isinstance(
+                obj.get("request_body"), dict):
             raise ReleaseError(f"{path}:{number}: not a request record (prompt_id, "
                                "request_body)")
         first = first or obj

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import InputError, ReleaseError
 from engine.release.model import FORMAT_PQID_BENCH_EVIDENCE, Release
-from engine.storage import canonical_json, sha256_hex
+from engine.storage import canonical_json, read_json_file, read_jsonl_objects, sha256_hex
 from engine.study import (
     STUDY_PROVIDER,
     ArchivedRow,
@@ -353,19 +353,13 @@ def _differences(trace: Trace, closest: RowMatch, requests: list[TracedRequest],
 # -- sources: a run directory, a plan -------------------------------------------------------------
 
 def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise InputError(f"{path}: file is missing; is {path.parent} a run directory?") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: {what} is not valid JSON ({exc})") from None
+    return read_json_file(path, InputError, what=what, missing=f"file is missing; is "
+                          f"{path.parent} a run directory?")
 
 
 def run_requests(run_dir: Path) -> tuple[TracedSide, list[TracedRequest]]:
     """A run directory's route, model and recorded requests."""
-    from engine.records import MANIFEST, REQUESTS
+    from engine.layout import MANIFEST, REQUESTS
 
     run_dir = Path(run_dir)
     manifest = _read_json(run_dir / MANIFEST, "the run manifest")
@@ -376,22 +370,10 @@ def run_requests(run_dir: Path) -> tuple[TracedSide, list[TracedRequest]]:
     side = TracedSide(str(run_dir), str(route.get("provider")), str(route.get("adapter")),
                       manifest["model"], route.get("base_url"), release.get("digest"))
     path = run_dir / REQUESTS
-    try:
-        lines = path.read_bytes().splitlines()
-    except FileNotFoundError:
-        raise InputError(f"{path}: file is missing; the run has no recorded requests") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     out = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(f"{path}:{number}: not JSON ({exc})") from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("prompt_id"), str) or \
-                not isinstance(obj.get("body"), dict):
+    for number, obj in read_jsonl_objects(
+            path, InputError, missing="file is missing; the run has no recorded requests"):
+        if not isinstance(obj.get("prompt_id"), str) or not isinstance(obj.get("body"), dict):
             raise InputError(f"{path}:{number}: not a request record (prompt_id, body)")
         study = obj.get("study")
         out.append(TracedRequest(obj["prompt_id"], obj["body"], obj.get("request_sha256"),

@@ -37,6 +37,7 @@ from engine.release.model import (
     FrozenRow,
     Release,
 )
+from engine.storage import read_json_file, read_jsonl_objects
 
 BATCH_DIR = "artifacts/external_model_batches_154"
 SUBBATCHES = ("mistral_parent_control", "qiskit_mistral")
@@ -72,14 +73,7 @@ def _plain(root: Path) -> Require:
 
 
 def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise ReleaseError(f"{path}: {what} is missing") from None
-    except OSError as exc:
-        raise ReleaseError(f"{path}: cannot read {what} ({exc.strerror})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReleaseError(f"{path}: {what} is not valid JSON ({exc})") from None
+    return read_json_file(path, ReleaseError, what=what, missing=f"{what} is missing")
 
 
 def _first_json_line(path: Path) -> dict[str, Any] | None:
@@ -268,19 +262,8 @@ def _audit_rows(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """The cell audit by report path, then by prompt: the three frozen verdicts per cell."""
     def build() -> dict[str, dict[str, dict[str, Any]]]:
         rows: dict[str, dict[str, dict[str, Any]]] = {}
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise ReleaseError(f"{path}: cannot read the cell audit ({exc.strerror})") from None
-        for number, line in enumerate(raw.split(b"\n"), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise ReleaseError(f"{path}:{number}: not a JSON line ({exc})") from None
-            report = obj.get("report_path") if isinstance(obj, dict) else None
-            pid = obj.get("prompt_id") if isinstance(obj, dict) else None
+        for number, obj in read_jsonl_objects(path, ReleaseError, what="the cell audit"):
+            report, pid = obj.get("report_path"), obj.get("prompt_id")
             if not isinstance(report, str) or not isinstance(pid, str):
                 raise ReleaseError(f"{path}:{number}: a cell without report_path and prompt_id")
             cells = rows.setdefault(_relative_report(report), {})

@@ -19,7 +19,7 @@ from engine.release.model import (
     Release,
     Verification,
 )
-from engine.storage import read_jsonl_objects, sha256_file
+from engine.storage import read_json_file, read_jsonl_objects, sha256_file
 
 RELEASE_FORMAT = FORMAT_PQID_RELEASE
 PROMPT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -27,14 +27,7 @@ ROW_KINDS = ("reference", "model")
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise ReleaseError(f"{path}: file is missing") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReleaseError(f"{path}: not valid JSON ({exc})") from None
-    except OSError as exc:
-        raise ReleaseError(f"{path}: cannot read ({exc.strerror})") from None
+    return read_json_file(path, ReleaseError)
 
 
 def _safe_relative(root: Path, rel: object, where: str) -> Path:
