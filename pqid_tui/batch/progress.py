@@ -25,6 +25,17 @@ BAR_WIDTH = 20
 REDRAW_SECONDS = 0.1
 
 
+def image_line(event: object) -> str | None:
+    """The line of an image event (a build log line, the image ready), else None."""
+    from engine.events import ImageBuildLog, ImageReady
+
+    if isinstance(event, ImageBuildLog):
+        return f"image: {escape_controls(event.line)}"
+    if isinstance(event, ImageReady):
+        return f"image {event.tag} {'built' if event.built else 'reused'}"
+    return None
+
+
 def wants_live_line(stream: Any) -> bool:
     """True when `stream` is a terminal (a pipe, a file or a test's buffer is not)."""
     isatty = getattr(stream, "isatty", None)
@@ -134,12 +145,11 @@ class ReplayProgress:
 
     def __call__(self, event: Event) -> None:
         # Here, not at the top: building the parsers (--help) need not load the event types.
-        from engine.events import EvaluationFinished, ImageBuildLog, ImageReady, ReplayFinished
+        from engine.events import EvaluationFinished, ReplayFinished
 
-        if isinstance(event, ImageBuildLog):
-            self._line(f"image: {escape_controls(event.line)}")
-        elif isinstance(event, ImageReady):
-            self._line(f"image {event.tag} {'built' if event.built else 'reused'}")
+        image = image_line(event)
+        if image is not None:
+            self._line(image)
         elif isinstance(event, EvaluationFinished):
             self.done += 1
             self._line(f"[{self.done}/{event.total}] {event.prompt_id}: {event.category}")
@@ -161,13 +171,11 @@ class RescoreProgressPrinter:
         self.t0 = time.monotonic()
 
     def __call__(self, event: object) -> None:
-        from engine.events import ImageBuildLog, ImageReady
         from engine.rescore import RescoreProgress
 
-        if isinstance(event, ImageBuildLog):
-            self._line(f"image: {escape_controls(event.line)}")
-        elif isinstance(event, ImageReady):
-            self._line(f"image {event.tag} {'built' if event.built else 'reused'}")
+        image = image_line(event)
+        if image is not None:
+            self._line(image)
         elif isinstance(event, RescoreProgress):
             model_done = event.model_done == event.model_total
             if model_done or event.done % self.every == 0 or event.done == event.total:
@@ -249,12 +257,11 @@ class LiveReplayProgress(CountLine):
         super().__init__(stream, clock, unit="prompts")
 
     def __call__(self, event: Event) -> None:
-        from engine.events import EvaluationFinished, ImageBuildLog, ImageReady, ReplayFinished
+        from engine.events import EvaluationFinished, ReplayFinished
 
-        if isinstance(event, ImageBuildLog):
-            self.line(f"image: {escape_controls(event.line)}")
-        elif isinstance(event, ImageReady):
-            self.line(f"image {event.tag} {'built' if event.built else 'reused'}")
+        image = image_line(event)
+        if image is not None:
+            self.line(image)
         elif isinstance(event, EvaluationFinished):
             self.count(event.category, event.total)
         elif isinstance(event, ReplayFinished):
@@ -269,13 +276,11 @@ class LiveRescoreProgress(CountLine):
         super().__init__(stream, clock, unit="cells")
 
     def __call__(self, event: object) -> None:
-        from engine.events import ImageBuildLog, ImageReady
         from engine.rescore import RescoreProgress
 
-        if isinstance(event, ImageBuildLog):
-            self.line(f"image: {escape_controls(event.line)}")
-        elif isinstance(event, ImageReady):
-            self.line(f"image {event.tag} {'built' if event.built else 'reused'}")
+        image = image_line(event)
+        if image is not None:
+            self.line(image)
         elif isinstance(event, RescoreProgress):
             self.count(None, event.total,
                        f"{event.label} {event.model_done}/{event.model_total}")

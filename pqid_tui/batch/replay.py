@@ -6,12 +6,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pqid_tui.batch import default_release_dir
-
-if TYPE_CHECKING:
-    pass
+from pqid_tui.batch import add_evaluator_arguments, default_release_dir
 
 
 def register(sub: Any) -> None:
@@ -28,32 +25,19 @@ def register(sub: Any) -> None:
     p.add_argument("--responses", required=True, type=Path, help="responses.jsonl to evaluate")
     p.add_argument("--output-dir", required=True, type=Path,
                    help="where the evaluations and summaries go")
-    p.add_argument("--build-image", action="store_true",
-                   help="build the evaluator image when it does not exist yet")
-    p.add_argument("--base-image", metavar="IMAGE",
-                   help="base of the evaluator image: python3 with venv, the Python the "
+    add_evaluator_arguments(
+        p, results="summary",
+        base_image_help="base of the evaluator image: python3 with venv, the Python the "
                         "release pins (default python:3.11-slim, or python:X.Y-slim for a "
                         "release pinning X.Y; offline: .ci/base-image pqid-base:bookworm, "
-                        "or pqid-base:trixie trixie for PQID-Bench's 3.13)")
-    p.add_argument("--wheelhouse", type=Path, metavar="DIR",
-                   help="install the pinned requirements from these wheels, with no index "
+                        "or pqid-base:trixie trixie for PQID-Bench's 3.13)",
+        wheelhouse_help="install the pinned requirements from these wheels, with no index "
                         "(fill it with .ci/wheelhouse-fill DIR)")
-    p.add_argument("--timeout-seconds", type=float, default=20.0, metavar="N",
-                   help="time limit for each response's execution (default 20)")
     p.add_argument("--container-timeout-seconds", type=float, metavar="N",
                    help="wall-clock limit of the whole evaluation (default: generous, from the "
                         "number of responses); what is left is recorded as not evaluated")
-    p.add_argument("--allow-environment-mismatch", action="store_true",
-                   help="score even when the base image's Python is not the release's pinned "
-                        "one (the summary then says environment_matches_release: false)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results of an earlier replay in --output-dir")
-    p.add_argument("--allow-modified-release", action="store_true",
-                   help="use a release whose SHA-256 checks fail (stamped modified)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--acknowledge-code-execution", action="store_true", dest="acknowledge",
-                   help="required: the responses are untrusted code and will be executed "
-                        "(inside the container)")
     p.set_defaults(handler=run)
 
 

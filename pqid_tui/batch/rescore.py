@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pqid_tui.batch import add_evaluator_arguments
 from pqid_tui.batch.progress import rescore_progress
 from pqid_tui.textsafe import escape_controls
 
@@ -35,27 +36,14 @@ def register(sub: Any) -> None:
                    help="also write rescore.{json,txt,md} and evaluations/<model>.jsonl here")
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text",
                    help="what is printed on stdout (default text)")
-    p.add_argument("--build-image", action="store_true",
-                   help="build the evaluator image when it does not exist yet")
-    p.add_argument("--base-image", metavar="IMAGE",
-                   help="base of the evaluator image, with the release's Python (PQID-Bench: "
+    add_evaluator_arguments(
+        p, results="report",
+        base_image_help="base of the evaluator image, with the release's Python (PQID-Bench: "
                         "3.13; default python:3.13-slim; offline: .ci/base-image "
-                        "pqid-base:trixie trixie)")
-    p.add_argument("--wheelhouse", type=Path, metavar="DIR",
-                   help="install the pinned environment from these wheels, with no index "
+                        "pqid-base:trixie trixie)",
+        wheelhouse_help="install the pinned environment from these wheels, with no index "
                         "(.ci/wheelhouse-fill --python-version 3.13 DIR "
                         "evaluator/environments/pqid-bench-1.0.0.txt)")
-    p.add_argument("--timeout-seconds", type=float, default=20.0, metavar="N",
-                   help="time limit for each response's execution (default 20)")
-    p.add_argument("--allow-environment-mismatch", action="store_true",
-                   help="score even when the base image's Python is not the release's pinned "
-                        "one (the report then says environment_matches_release: false)")
-    p.add_argument("--allow-modified-release", action="store_true",
-                   help="use a release whose SHA-256 checks fail (stamped modified)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--acknowledge-code-execution", action="store_true", dest="acknowledge",
-                   help="required: the responses are untrusted code and will be executed "
-                        "(inside the container)")
     p.set_defaults(handler=run)
 
 
