@@ -49,15 +49,14 @@ from engine.events import (
     ProgressCallback,
     ReplayFinished,
 )
+from engine.layout import EVALUATIONS_FILE, MANIFEST
 from engine.release import CONTRACT_PQID_BENCH, Release, load_release
-from engine.storage import atomic_write_bytes
+from engine.storage import atomic_write_bytes, jsonl_bytes
 
-EVALUATIONS_FILE = "pqid_bench_canonical_evaluations.jsonl"
 SUMMARY_STEM = "pqid_bench_candidate_summary"
 SUMMARY_FILES = {fmt: f"{SUMMARY_STEM}.{ext}" for fmt, ext in
                  (("json", "json"), ("text", "txt"), ("markdown", "md"), ("csv", "csv"))}
 OUTPUT_FILES = (EVALUATIONS_FILE, *SUMMARY_FILES.values())
-RUN_MANIFEST = "run-manifest.json"
 DEFAULT_TIMEOUT_SECONDS = 20.0
 
 # PQID-Bench's code channel: the first of these fields with text (its reference harness reads
@@ -190,7 +189,7 @@ def _sibling_selection(responses_path: Path, release: Release) -> list[str] | No
     """The selected prompts of the run that wrote these responses, when its manifest is beside
     them and was made on this release (so prompts without a response line count as
     `no_response` rather than vanishing from the denominators)."""
-    manifest_path = responses_path.parent / RUN_MANIFEST
+    manifest_path = responses_path.parent / MANIFEST
     try:
         manifest = json.loads(manifest_path.read_bytes())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -335,7 +334,7 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
         "responses_sha256": hashlib.sha256(responses_path.read_bytes() if responses
                                            else b"").hexdigest(),
         "selection": {
-            "source": RUN_MANIFEST if sibling is not None else "responses",
+            "source": MANIFEST if sibling is not None else "responses",
             "splits": _splits(release, order),
         },
         "evaluator_config": {k: v for k, v in config.message().items() if k != "type"},
@@ -434,10 +433,8 @@ def write_outputs(output_dir: Path, evaluations: list[dict[str, Any]],
     given (PQID-Bench's contract), the harness report in the reference's JSON and Markdown."""
     output_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
-    lines = b"".join(json.dumps(ev, sort_keys=True, ensure_ascii=False).encode() + b"\n"
-                     for ev in evaluations)
     path = output_dir / EVALUATIONS_FILE
-    atomic_write_bytes(path, lines)
+    atomic_write_bytes(path, jsonl_bytes(evaluations))
     files["evaluations"] = path
     for fmt, name in SUMMARY_FILES.items():
         path = output_dir / name

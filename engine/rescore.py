@@ -40,7 +40,7 @@ from engine.replay import (
     read_responses,
     stamp_evaluation,
 )
-from engine.storage import atomic_write_bytes
+from engine.storage import atomic_write_bytes, jsonl_bytes
 
 RESCORE_FORMAT = "pqid-rescore/1"
 DEFAULT_TIMEOUT_SECONDS = 20.0
@@ -567,8 +567,7 @@ def write_outputs(output_dir: Path, report: Mapping[str, Any],
         files[fmt] = path
     for label, cells in evaluations.items():
         path = output_dir / EVALUATIONS_DIR / f"{label}.jsonl"
-        atomic_write_bytes(path, b"".join(
-            json.dumps(c, sort_keys=True, ensure_ascii=False).encode() + b"\n" for c in cells))
+        atomic_write_bytes(path, jsonl_bytes(cells))
         files[f"evaluations:{label}"] = path
     if harness:
         from engine.harness_report import write_report

@@ -7,7 +7,7 @@ import hashlib
 import itertools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +166,9 @@ def read_json_file(path: Path, error: type[Exception], *, what: str = "",
         raise error(f"{path}: cannot read{' ' + what if what else ''} ({exc.strerror})") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise error(f"{path}: {what + ' is ' if what else ''}not valid JSON ({exc})") from None
+
+
+def jsonl_bytes(objects: Iterable[Any]) -> bytes:
+    """JSON lines as the evaluations files hold them: sorted keys, UTF-8, one per line."""
+    return b"".join(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode() + b"\n"
+                    for obj in objects)

@@ -59,8 +59,9 @@ from engine.docker_runner import (
     EvaluatorConfig,
     _owner,
 )
+from engine.layout import EVALUATIONS_FILE
 from engine.release import load_release
-from engine.replay import EVALUATIONS_FILE, replay
+from engine.replay import replay
 from tests.conftest import ROOT
 from tests.helpers import write_release
 

@@ -13,7 +13,8 @@ from engine.docker_runner import EvaluationItem, EvaluatorConfig, LineCallback, 
 from engine.errors import DockerUnavailable, InputError, ResumeRefused, UsageError
 from engine.events import EvaluationFinished, EvaluationStarted, Event, ReplayFinished
 from engine.events import ProgressCallback as _Progress
-from engine.replay import EVALUATIONS_FILE, OUTPUT_FILES, replay
+from engine.layout import EVALUATIONS_FILE
+from engine.replay import OUTPUT_FILES, replay
 from tests.conftest import cli
 from tests.helpers import tree_bytes, write_release
 from tests.test_summaries import make_eval
