@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.widgets import DataTable, Input, Static
 
-from pqid_tui.app import make_app
+from pqid_tui.app import PqidApp, make_app
 from pqid_tui.screens.credentials import CredentialsScreen
 from pqid_tui.screens.dialogs import ConfirmScreen, SecretScreen
 from tests.helpers import write_release
@@ -25,18 +25,37 @@ def source_of(screen: CredentialsScreen, route: str) -> str:
     return str(screen.query_one("#routes", DataTable).get_cell(route, "source"))
 
 
+def credentials_app(tmp_path: Path, env: dict[str, str], **options: Any) -> PqidApp:
+    return make_app(write_release(tmp_path / "release", count=6), tmp_path / "runs", env=env,
+                    replay_service=FakeReplayService(), **options)
+
+
+async def open_credentials(app: PqidApp, pilot: Any, key: str | None = None
+                           ) -> CredentialsScreen:
+    """The credentials screen once its sources are read, opened by `key` or else directly."""
+    await pilot.pause()
+    if key is None:
+        app.open_screen("credentials")
+    else:
+        await pilot.press(key)
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, CredentialsScreen)
+    return screen
+
+
+def select_route(screen: CredentialsScreen, route: str) -> DataTable[Any]:
+    table = screen.query_one("#routes", DataTable)
+    table.move_cursor(row=table.get_row_index(route))
+    return table
+
+
 async def test_set_and_delete_a_keyring_entry(tmp_path: Path, memory_keyring: Any  # noqa: F811
                                               ) -> None:
-    release = write_release(tmp_path / "release", count=6)
-    app = make_app(release, tmp_path / "runs", env={"GROQ_API_KEY": "gsk_from_env_0123456789"},
-                   replay_service=FakeReplayService())
+    app = credentials_app(tmp_path, {"GROQ_API_KEY": "gsk_from_env_0123456789"})
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        await pilot.press("c")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, CredentialsScreen)
+        screen = await open_credentials(app, pilot, "c")
         assert source_of(screen, "openai") == "missing"
         assert source_of(screen, "groq") == "env:GROQ_API_KEY"
         assert source_of(screen, "local") == "none" and source_of(screen, "oracle") == "none"
@@ -68,22 +87,15 @@ async def test_set_and_delete_a_keyring_entry(tmp_path: Path, memory_keyring: An
 
 async def test_routes_without_a_key_refuse_set(tmp_path: Path, memory_keyring: Any  # noqa: F811
                                                ) -> None:
-    release = write_release(tmp_path / "release", count=6)
-    app = make_app(release, tmp_path / "runs", env={}, replay_service=FakeReplayService())
+    app = credentials_app(tmp_path, {})
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        app.open_screen("credentials")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, CredentialsScreen)
-        table = screen.query_one("#routes", DataTable)
-        table.move_cursor(row=table.get_row_index("oracle"))
+        screen = await open_credentials(app, pilot)
+        select_route(screen, "oracle")
         await pilot.press("s")
         await pilot.pause()
         assert isinstance(app.screen, CredentialsScreen)
         assert memory_keyring.entries == {}
-        table.move_cursor(row=table.get_row_index("groq"))
+        select_route(screen, "groq")
         await pilot.press("s")
         await pilot.pause()
         await pilot.press("escape")  # cancel the masked input
@@ -101,18 +113,11 @@ async def test_checking_a_key_contacts_the_provider_only_after_confirming(
         seen.append(request)
         return httpx.Response(200, json={"data": [{"id": "llama"}, {"id": "qwen"}]})
 
-    release = write_release(tmp_path / "release", count=6)
-    app = make_app(release, tmp_path / "runs", env={"GROQ_API_KEY": "gsk_from_env_0123456789"},
-                   transport=httpx.MockTransport(handler), replay_service=FakeReplayService())
+    app = credentials_app(tmp_path, {"GROQ_API_KEY": "gsk_from_env_0123456789"},
+                          transport=httpx.MockTransport(handler))
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        app.open_screen("credentials")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, CredentialsScreen)
-        table = screen.query_one("#routes", DataTable)
-        table.move_cursor(row=table.get_row_index("groq"))
+        screen = await open_credentials(app, pilot)
+        select_route(screen, "groq")
         await pilot.press("k")
         await pilot.pause()
         assert isinstance(app.screen, ConfirmScreen)
@@ -153,8 +158,7 @@ async def test_app_stores_a_canary_in_the_real_keyring_and_nowhere_else(
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, CredentialsScreen)
-        screen.query_one("#routes", DataTable).move_cursor(
-            row=screen.query_one("#routes", DataTable).get_row_index("openrouter"))
+        select_route(screen, "openrouter")
         await pilot.press("s")
         await pilot.pause()
         dialog = app.screen
@@ -212,24 +216,17 @@ async def test_an_unavailable_keyring_is_said_before_asking_for_a_key(tmp_path: 
     try:
         import httpx
 
-        release = write_release(tmp_path / "release", count=6)
-        app = make_app(release, tmp_path / "runs", env={},
-                       transport=httpx.MockTransport(lambda r: seen.append(r) or httpx.Response(
-                           200, json={"data": []})), replay_service=FakeReplayService())
+        app = credentials_app(tmp_path, {}, transport=httpx.MockTransport(
+            lambda r: seen.append(r) or httpx.Response(200, json={"data": []})))
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
-            app.open_screen("credentials")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            screen = app.screen
-            assert isinstance(screen, CredentialsScreen)
+            screen = await open_credentials(app, pilot)
             assert source_of(screen, "groq") == "keyring unavailable"
             # Drawn in full: the column is as wide as its longest source.
             table = screen.query_one("#routes", DataTable)
             assert table.columns["source"].get_render_width(table) >= len("keyring unavailable")
             assert "keyring unavailable" in app.export_screenshot().replace("&#160;", " ")
 
-            table.move_cursor(row=table.get_row_index("groq"))
+            select_route(screen, "groq")
             await pilot.press("s")
             await pilot.pause()
             assert isinstance(app.screen, CredentialsScreen)  # no masked input opened
@@ -250,19 +247,12 @@ async def test_an_unavailable_keyring_is_said_before_asking_for_a_key(tmp_path: 
 
 async def test_the_check_names_the_source_in_words(tmp_path: Path,
                                                    memory_keyring: Any) -> None:  # noqa: F811
-    release = write_release(tmp_path / "release", count=6)
-    app = make_app(release, tmp_path / "runs", env={"GROQ_API_KEY": "gsk_from_env_0123456789"},
-                   replay_service=FakeReplayService())
+    app = credentials_app(tmp_path, {"GROQ_API_KEY": "gsk_from_env_0123456789"})
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        app.open_screen("credentials")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, CredentialsScreen)
+        screen = await open_credentials(app, pilot)
         table = screen.query_one("#routes", DataTable)
         assert table.columns["source"].get_render_width(table) >= len("env:GROQ_API_KEY")
-        table.move_cursor(row=table.get_row_index("groq"))
+        select_route(screen, "groq")
         await pilot.press("k")
         await pilot.pause()
         dialog = app.screen

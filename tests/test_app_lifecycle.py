@@ -19,8 +19,15 @@ from pqid_tui.screens.home import HomeScreen
 from pqid_tui.screens.monitor import MonitorScreen
 from pqid_tui.screens.new_run import NewRunScreen
 from tests.helpers import write_release
-from tests.test_app_monitor import GROQ_ENV, GateTransport, grid_states, settle
-from tests.test_app_support import SIZE, FakeReplayService, make_run, scripted_transport
+from tests.test_app_monitor import GateTransport, grid_states, settle
+from tests.test_app_support import (
+    GROQ_ENV,
+    SIZE,
+    FakeReplayService,
+    errored_run_app,
+    make_run,
+    open_run_monitor,
+)
 
 CLOSED_PORT = "http://127.0.0.1:9/v1"  # the discard port: nothing listens, connections fail
 
@@ -49,16 +56,27 @@ def groq_config(release: Path, out: Path, **kw: Any) -> Any:
                        acknowledge_prompt_export=True, **kw)
 
 
-async def test_reopening_a_run_in_the_same_session_shows_every_prompt(tmp_path: Path) -> None:
+def gated_app(tmp_path: Path) -> tuple[PqidApp, GateTransport, Any]:
+    """An app whose groq provider answers only once the gate opens, and the config of a
+    one-at-a-time run into runs/r."""
     release = write_release(tmp_path / "release", count=6)
     transport = GateTransport(release)
     runs = tmp_path / "runs"
     app = make_app(release, runs, transport=transport, env=GROQ_ENV,
                    replay_service=FakeReplayService())
+    return app, transport, groq_config(release, runs / "r", concurrency=1)
+
+
+async def start_gated_run(app: PqidApp, pilot: Any, config: Any) -> None:
+    await pilot.pause()
+    app.start_run(config)
+    await pilot.pause(0.3)
+
+
+async def test_reopening_a_run_in_the_same_session_shows_every_prompt(tmp_path: Path) -> None:
+    app, transport, config = gated_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        app.start_run(groq_config(release, runs / "r", concurrency=1))
-        await pilot.pause(0.3)
+        await start_gated_run(app, pilot, config)
         await pilot.press("escape")
         await pilot.pause(0.3)
         assert isinstance(app.screen, HomeScreen)
@@ -85,15 +103,9 @@ async def test_reopening_a_run_in_the_same_session_shows_every_prompt(tmp_path: 
 
 
 async def test_home_marks_the_running_run(tmp_path: Path) -> None:
-    release = write_release(tmp_path / "release", count=6)
-    transport = GateTransport(release)
-    runs = tmp_path / "runs"
-    app = make_app(release, runs, transport=transport, env=GROQ_ENV,
-                   replay_service=FakeReplayService())
+    app, transport, config = gated_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        app.start_run(groq_config(release, runs / "r", concurrency=1))
-        await pilot.pause(0.3)
+        await start_gated_run(app, pilot, config)
         await pilot.press("escape")
         await pilot.pause(0.3)
         home = app.screen
@@ -109,15 +121,9 @@ async def test_home_marks_the_running_run(tmp_path: Path) -> None:
 
 
 async def test_stop_then_p_resumes_the_run_from_the_monitor(tmp_path: Path) -> None:
-    release = write_release(tmp_path / "release", count=6)
-    transport = GateTransport(release)
-    runs = tmp_path / "runs"
-    app = make_app(release, runs, transport=transport, env=GROQ_ENV,
-                   replay_service=FakeReplayService())
+    app, transport, config = gated_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        app.start_run(groq_config(release, runs / "r", concurrency=1))
-        await pilot.pause(0.3)
+        await start_gated_run(app, pilot, config)
         await pilot.press("s")
         transport.gate.set()
         screen = await settle(app, pilot)
@@ -133,7 +139,7 @@ async def test_stop_then_p_resumes_the_run_from_the_monitor(tmp_path: Path) -> N
         # The resume counts on from the first invocation.
         assert "requests 6" in stats_of(screen), stats_of(screen)
     assert transport.started == 6
-    assert len(RunDir(runs / "r").read_responses()) == 6
+    assert len(RunDir(config.output_dir).read_responses()) == 6
 
 
 async def test_resume_from_home_sends_the_pending_prompts(tmp_path: Path) -> None:
@@ -175,17 +181,9 @@ async def test_stop_during_a_backoff_ends_now_and_shows_pending(tmp_path: Path) 
 
 
 async def test_cancelling_a_retry_says_nothing_was_sent(tmp_path: Path) -> None:
-    release = write_release(tmp_path / "release", count=6)
-    runs = tmp_path / "runs"
-    out = await make_run(runs, release, plan={"ghz_01": [400]})
-    seen: list[str] = []
-    app = make_app(release, runs, transport=scripted_transport(release, seen=seen),
-                   env=GROQ_ENV, replay_service=FakeReplayService())
+    app, out, seen = await errored_run_app(tmp_path, {"ghz_01": [400]})
     async with app.run_test(size=SIZE) as pilot:
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        app.open_screen("monitor", run_dir=out)
-        await pilot.pause()
+        await open_run_monitor(app, pilot, out)
         await pilot.press("e")
         await pilot.pause()
         assert isinstance(app.screen, ConfirmScreen)
@@ -210,10 +208,7 @@ async def test_new_run_fills_itself_from_a_runs_manifest(tmp_path: Path) -> None
                          concurrency=3)
     app = make_app(release, runs, env=GROQ_ENV, replay_service=FakeReplayService())
     async with app.run_test(size=SIZE) as pilot:
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        app.open_screen("monitor", run_dir=out)
-        await pilot.pause()
+        await open_run_monitor(app, pilot, out)
         await pilot.press("n")  # resume in the New run form
         await pilot.pause()
         form = app.screen

@@ -20,9 +20,15 @@ from pqid_tui.screens.new_run import NewRunScreen
 from pqid_tui.widgets.run_grid import RetryQueue, RunGrid
 from tests.faultserver import FaultScript, FaultServer
 from tests.helpers import write_release
-from tests.test_app_support import SIZE, FakeReplayService, make_run, scripted_transport
-
-GROQ_ENV = {"GROQ_API_KEY": "gsk_test_key_value_0123456789"}
+from tests.test_app_support import (
+    GROQ_ENV,
+    SIZE,
+    FakeReplayService,
+    errored_run_app,
+    open_run_monitor,
+    scripted_transport,
+    uncertain_run_app,
+)
 
 
 def grid_states(screen: MonitorScreen) -> dict[str, str]:
@@ -176,12 +182,7 @@ async def test_quitting_during_a_run_asks_and_stops_it_resumably(tmp_path: Path)
 
 
 async def test_retry_all_errors_resends_only_the_errors(tmp_path: Path) -> None:
-    release = write_release(tmp_path / "release", count=6)
-    runs = tmp_path / "runs"
-    out = await make_run(runs, release, plan={"ghz_01": [400], "ghz_04": [400]})
-    seen: list[str] = []
-    app = make_app(release, runs, transport=scripted_transport(release, seen=seen),
-                   env=GROQ_ENV, replay_service=FakeReplayService())
+    app, out, seen = await errored_run_app(tmp_path, {"ghz_01": [400], "ghz_04": [400]})
     async with app.run_test(size=SIZE) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()
@@ -203,17 +204,9 @@ async def test_retry_all_errors_resends_only_the_errors(tmp_path: Path) -> None:
 
 
 async def test_retry_selected_sends_just_the_marked_prompt(tmp_path: Path) -> None:
-    release = write_release(tmp_path / "release", count=6)
-    runs = tmp_path / "runs"
-    out = await make_run(runs, release, plan={"ghz_01": [400], "ghz_03": [400]})
-    seen: list[str] = []
-    app = make_app(release, runs, transport=scripted_transport(release, seen=seen),
-                   env=GROQ_ENV, replay_service=FakeReplayService())
+    app, out, seen = await errored_run_app(tmp_path, {"ghz_01": [400], "ghz_03": [400]})
     async with app.run_test(size=SIZE) as pilot:
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        app.open_screen("monitor", run_dir=out)
-        await pilot.pause()
+        await open_run_monitor(app, pilot, out)
         await pilot.press("down", "down", "down", "space")
         screen = app.screen
         assert isinstance(screen, MonitorScreen)
@@ -228,11 +221,7 @@ async def test_retry_selected_sends_just_the_marked_prompt(tmp_path: Path) -> No
 
 
 async def test_retry_uncertain_explains_the_extra_paid_draw(tmp_path: Path) -> None:
-    release = write_release(tmp_path / "release", count=6)
-    runs = tmp_path / "runs"
-    out = await make_run(runs, release, "oracle-run", provider="oracle", model="oracle",
-                         uncertain=("ghz_02",))
-    app = make_app(release, runs, replay_service=FakeReplayService())
+    app, out = await uncertain_run_app(tmp_path, "oracle-run")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         app.open_screen("monitor", run_dir=out)

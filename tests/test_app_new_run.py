@@ -12,7 +12,7 @@ from engine.records import RunDir
 from pqid_tui.app import PqidApp, make_app
 from pqid_tui.screens.new_run import NewRunScreen
 from tests.helpers import write_release
-from tests.test_app_support import SIZE, FakeReplayService, make_run
+from tests.test_app_support import SIZE, FakeReplayService, uncertain_run_app
 
 
 def text_of(screen: Any, selector: str) -> str:
@@ -109,11 +109,7 @@ async def test_a_provider_route_needs_the_acknowledgement(tmp_path: Path) -> Non
 
 
 async def test_an_existing_run_offers_resume_and_explains_uncertain(tmp_path: Path) -> None:
-    release = write_release(tmp_path / "release", count=6)
-    runs = tmp_path / "runs"
-    out = await make_run(runs, release, "oracle-oracle", provider="oracle", model="oracle",
-                         uncertain=("ghz_02",))
-    app = make_app(release, runs, replay_service=FakeReplayService())
+    app, out = await uncertain_run_app(tmp_path, "oracle-oracle")
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_form(app, pilot)
         await set_input(pilot, screen, "output_dir", str(out))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from textual.widgets import DataTable, Static
 
-from pqid_tui.app import make_app
+from engine.runs import PromptDetail
+from pqid_tui.app import PqidApp, make_app
 from pqid_tui.screens.payload import PayloadScreen
 from tests.helpers import write_release
 from tests.test_app_support import HOSTILE, SIZE, FakeReplayService, make_run
@@ -18,24 +20,36 @@ def rendered(screen: PayloadScreen, selector: str) -> str:
     return str(getattr(content, "code", None) or getattr(content, "plain", None) or content)
 
 
-async def test_every_piece_of_evidence_is_shown_and_escaped(tmp_path: Path) -> None:
+async def hostile_run_app(tmp_path: Path) -> tuple[PqidApp, Path]:
+    """A run whose ghz_00 was overloaded once, then answered with hostile text around its code,
+    and an app over it."""
     release = write_release(tmp_path / "release", count=6)
     runs = tmp_path / "runs"
     out = await make_run(runs, release, plan={"ghz_00": [503]},
                          content=lambda pid, code: HOSTILE + f"```python\n{code}```")
-    app = make_app(release, runs, replay_service=FakeReplayService())
+    return make_app(release, runs, replay_service=FakeReplayService()), out
+
+
+async def loaded_payload(app: PqidApp, pilot: Any) -> tuple[PayloadScreen, PromptDetail]:
+    """The payload screen just opened, once its detail is read, and that detail."""
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, PayloadScreen) and screen.detail is not None
+    return screen, screen.detail
+
+
+async def test_every_piece_of_evidence_is_shown_and_escaped(tmp_path: Path) -> None:
+    app, out = await hostile_run_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         app.open_screen("monitor", run_dir=out)
         await pilot.pause()
         await pilot.press("enter")  # the cursor is on ghz_00
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, PayloadScreen) and screen.detail is not None
+        screen, detail = await loaded_payload(app, pilot)
         summary = rendered(screen, "#summary")
         assert "ghz_00" in summary and "(matches the body)" in summary
-        assert screen.detail.request_sha256 in summary
+        assert detail.request_sha256 in summary
         assert '"messages"' in rendered(screen, "#request")
         attempts = screen.query_one("#attempts", DataTable)
         assert attempts.row_count == 2
@@ -67,18 +81,11 @@ async def test_copies_are_harmless_to_paste_and_the_request_is_what_was_hashed(
 
     from pqid_tui.screens.dialogs import ConfirmScreen
 
-    release = write_release(tmp_path / "release", count=6)
-    runs = tmp_path / "runs"
-    out = await make_run(runs, release, plan={"ghz_00": [503]},
-                         content=lambda pid, code: HOSTILE + f"```python\n{code}```")
-    app = make_app(release, runs, replay_service=FakeReplayService())
+    app, out = await hostile_run_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         app.push_screen(PayloadScreen(out, "ghz_00"))
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, PayloadScreen) and screen.detail is not None
+        screen, detail = await loaded_payload(app, pilot)
 
         await pilot.press("o")
         assert "\x1b" not in app.clipboard and "\x07" not in app.clipboard
@@ -87,7 +94,7 @@ async def test_copies_are_harmless_to_paste_and_the_request_is_what_was_hashed(
 
         await pilot.press("b")  # the exact bytes whose SHA-256 the screen shows
         digest = hashlib.sha256(app.clipboard.encode("utf-8")).hexdigest()
-        assert digest == screen.detail.request_sha256
+        assert digest == detail.request_sha256
         assert "exactly as hashed" in list(app._notifications)[-1].message
 
         # The raw body of the attempt under the cursor (the 503, then the answer), escaped.
@@ -105,7 +112,7 @@ async def test_copies_are_harmless_to_paste_and_the_request_is_what_was_hashed(
         assert isinstance(app.screen, ConfirmScreen) and app.clipboard == ""
         await pilot.press("y")
         await pilot.pause()
-        raw = screen.detail.raw_bodies[-1]
+        raw = detail.raw_bodies[-1]
         assert app.clipboard.encode("utf-8") == raw.data
 
 

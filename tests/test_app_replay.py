@@ -36,6 +36,15 @@ async def open_replay(app: Any, pilot: Any) -> ReplayScreen:
     return screen
 
 
+async def open_comparison(app: Any, pilot: Any) -> ReplayScreen:
+    """The replay screen once the comparison (`m`) is made."""
+    screen = await open_replay(app, pilot)
+    await pilot.press("m")
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    return screen
+
+
 def test_bars_have_eighth_cell_resolution() -> None:
     assert bar(0.0, 10) == "" and bar(1.0, 10) == "█" * 10
     assert bar(0.5, 10) == "█" * 5 and bar(0.0125, 10) == "▏"
@@ -194,10 +203,7 @@ async def test_an_engine_refusal_is_reported_and_the_app_carries_on(tmp_path: Pa
     run = await make_run(tmp_path / "runs", release, "groq-demo")
     app = make_app(release, tmp_path / "runs", replay_service=RefusingService())
     async with app.run_test(size=SIZE) as pilot:
-        screen = await open_replay(app, pilot)
-        await pilot.press("m")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        screen = await open_comparison(app, pilot)
         assert isinstance(app.screen, ReplayScreen) and app.is_running
         messages = [n.message for n in app._notifications]
         assert any("the candidate is partial" in m and "\\x1b[31m" in m for m in messages)
@@ -269,6 +275,14 @@ def synthetic_matrix_release(root: Path, prompts: int = 70) -> Path:
     return root
 
 
+async def synthetic_matrix(tmp_path: Path) -> tuple[Path, Path]:
+    """The synthetic matrix release and a runs directory holding its replayed run."""
+    release = synthetic_matrix_release(tmp_path / "release")
+    runs = tmp_path / "runs"
+    await synthetic_replayed_run(runs, release)
+    return release, runs
+
+
 async def synthetic_replayed_run(runs: Path, release: Path) -> Path:
     """A real run over the scripted provider, with synthetic evaluations as if replayed."""
     run = await make_run(runs, release, "groq-demo")
@@ -303,15 +317,10 @@ async def test_sorting_by_every_column_from_the_keyboard_keeps_every_cell_whole(
     names cut to three letters) and worked only with the mouse. Each column is sorted here
     with `s`, twice (both directions); after each, the order is checked against the column's
     values and every cell is checked whole in what the table draws at once."""
-    release = synthetic_matrix_release(tmp_path / "release")
-    runs = tmp_path / "runs"
-    await synthetic_replayed_run(runs, release)
+    release, runs = await synthetic_matrix(tmp_path)
     app = make_app(release, runs, replay_service=EngineCompareService())
     async with app.run_test(size=WIDE) as pilot:
-        screen = await open_replay(app, pilot)
-        await pilot.press("m")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        screen = await open_comparison(app, pilot)
         table = screen.query_one("#comparison", SortableTable)
         assert screen.focused is table and len(table.ordered) == 22
         columns = table.table_columns
@@ -373,15 +382,10 @@ async def test_the_chart_has_one_bar_per_row_highest_first(tmp_path: Path) -> No
     """22 rows: one line per row in the chart, highest first, the run marked with ▶ and its
     name in full; a label longer than the chart allows ends in an ellipsis, never mid-word
     without one."""
-    release = synthetic_matrix_release(tmp_path / "release")
-    runs = tmp_path / "runs"
-    await synthetic_replayed_run(runs, release)
+    release, runs = await synthetic_matrix(tmp_path)
     app = make_app(release, runs, replay_service=EngineCompareService())
     async with app.run_test(size=SIZE) as pilot:
-        screen = await open_replay(app, pilot)
-        await pilot.press("m")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        screen = await open_comparison(app, pilot)
         chart = screen.query_one("#chart", BarChart)
         assert len(chart.rows) == 22
         rates = [r.rate for r in chart.rows]
@@ -400,16 +404,11 @@ async def test_the_chart_has_one_bar_per_row_highest_first(tmp_path: Path) -> No
 async def test_the_names_stay_in_view_when_the_screen_is_wide_enough(tmp_path: Path) -> None:
     """Rank and name are pinned while the table scrolls sideways, unless they would take more
     than two thirds of the width (at 80 columns the long synthetic names would)."""
-    release = synthetic_matrix_release(tmp_path / "release")
-    runs = tmp_path / "runs"
-    await synthetic_replayed_run(runs, release)
+    release, runs = await synthetic_matrix(tmp_path)
     for size, pinned in ((SIZE, 2), ((80, 40), 0)):
         app = make_app(release, runs, replay_service=EngineCompareService())
         async with app.run_test(size=size) as pilot:
-            screen = await open_replay(app, pilot)
-            await pilot.press("m")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
+            screen = await open_comparison(app, pilot)
             table = screen.query_one("#comparison", SortableTable)
             assert table.fixed_columns == pinned, size
             await pilot.press(*["right"] * (len(table.table_columns) - 1))

@@ -35,16 +35,16 @@ def text_of(screen: MonitorScreen, selector: str) -> str:
     return str(screen.query_one(selector, Static).render())
 
 
-async def errored_run(tmp_path: Path) -> tuple[Path, Path]:
+async def errored_app(tmp_path: Path) -> tuple[PqidApp, Path]:
+    """An app over a run in which ghz_01 and ghz_04 ended in errors, and that run."""
     release = small_release(tmp_path)
     run = await make_run(tmp_path / "runs", release, plan={
         "ghz_01": [400], "ghz_04": [400]}, max_retries=0)
-    return release, run
+    return make_app(release, tmp_path / "runs", replay_service=FakeReplayService()), run
 
 
 async def test_slash_filters_the_grid_enter_keeps_escape_clears(tmp_path: Path) -> None:
-    release, run = await errored_run(tmp_path)
-    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
+    app, run = await errored_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         screen = await open_monitor(app, pilot, run)
@@ -70,8 +70,7 @@ async def test_slash_filters_the_grid_enter_keeps_escape_clears(tmp_path: Path) 
 
 async def test_f_shows_only_errors_and_o_sorts_what_needs_attention_first(
         tmp_path: Path) -> None:
-    release, run = await errored_run(tmp_path)
-    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
+    app, run = await errored_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         screen = await open_monitor(app, pilot, run)
@@ -119,8 +118,7 @@ async def test_the_whole_error_of_the_row_under_the_cursor_is_readable(tmp_path:
 
 
 async def test_marking_is_in_the_footer(tmp_path: Path) -> None:
-    release, run = await errored_run(tmp_path)
-    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
+    app, run = await errored_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         screen = await open_monitor(app, pilot, run)
@@ -189,8 +187,7 @@ async def test_elapsed_adds_up_across_a_retry_in_the_same_monitor(tmp_path: Path
 
 
 async def test_a_run_opened_from_disk_shows_its_recorded_elapsed(tmp_path: Path) -> None:
-    release, run = await errored_run(tmp_path)
-    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
+    app, run = await errored_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         screen = await open_monitor(app, pilot, run)

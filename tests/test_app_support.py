@@ -23,11 +23,13 @@ from engine.events import (
 )
 from engine.records import RunDir
 from engine.release import load_release
+from pqid_tui.app import PqidApp, make_app
 from pqid_tui.services.replay import CompareRow, Comparison, DockerStatus, ImageOptions
 from tests.faultserver import messages_key
 from tests.helpers import write_release
 
 SIZE = (120, 40)
+GROQ_ENV = {"GROQ_API_KEY": "gsk_test_key_value_0123456789"}
 FROZEN_TIME = 1_800_000_000.0
 # Model output that tries to drive the terminal: OSC 52 clipboard write, colour, a hyperlink,
 # a cursor move, and Rich markup that must stay literal.
@@ -140,7 +142,7 @@ async def make_run(root: Path, release_dir: Path, name: str = "groq-demo", *,
     fields.update(config)
     await run_live_model_async(make_config(**fields),
                                transport=scripted_transport(release_dir, plan, content),
-                               env={"GROQ_API_KEY": "gsk_test_key_value_0123456789"})
+                               env=GROQ_ENV)
     run = RunDir(out)
     for pid in uncertain:
         # What a crash mid-request leaves behind: a record in flight, nothing logged.
@@ -156,6 +158,36 @@ async def make_run(root: Path, release_dir: Path, name: str = "groq-demo", *,
 
 def small_release(tmp: Path) -> Path:
     return write_release(tmp / "release", count=6)
+
+
+async def errored_run_app(tmp: Path, plan: dict[str, list[Any]]
+                          ) -> tuple[PqidApp, Path, list[str]]:
+    """A groq run whose prompts in `plan` ended in errors, and an app over it whose provider
+    answers every request; the prompts it is asked for are appended to the returned list."""
+    release = small_release(tmp)
+    runs = tmp / "runs"
+    out = await make_run(runs, release, plan=plan)
+    seen: list[str] = []
+    app = make_app(release, runs, transport=scripted_transport(release, seen=seen),
+                   env=GROQ_ENV, replay_service=FakeReplayService())
+    return app, out, seen
+
+
+async def uncertain_run_app(tmp: Path, name: str) -> tuple[PqidApp, Path]:
+    """An oracle run named `name` with ghz_02 left in flight (uncertain), and an app over it."""
+    release = small_release(tmp)
+    runs = tmp / "runs"
+    out = await make_run(runs, release, name, provider="oracle", model="oracle",
+                         uncertain=("ghz_02",))
+    return make_app(release, runs, replay_service=FakeReplayService()), out
+
+
+async def open_run_monitor(app: PqidApp, pilot: Any, run_dir: Path) -> None:
+    """Once the app has loaded its runs, open the monitor on `run_dir`."""
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    app.open_screen("monitor", run_dir=run_dir)
+    await pilot.pause()
 
 
 class FakeReplayService:
