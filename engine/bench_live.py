@@ -3,9 +3,17 @@
     python -m engine.bench_live [overhead] [ratelimit] [--n N] [--concurrency C] ...
 
 overhead   N prompts at concurrency C against a server that answers every request after L
-           seconds. Ideally that takes ceil(N / C) x L; the measured time (the whole library
-           call: run directory creation, every durable record write, the summary) is
-           reported over that ideal, with the engine's CPU seconds per 1,000 requests.
+           seconds (L 200 ms, then 50 ms, unless --latency says otherwise). Ideally that takes
+           ceil(N / C) x L; the measured time (the whole library call: run directory
+           creation, every durable record write, the summary; the HTTP client's one-time
+           import is timed apart) is reported over that ideal, beside the same requests sent
+           through the same HTTP client with nothing else. The time above the ideal is split,
+           from the run's own clocks (the summary's `send_path` and `durable_writes`): before
+           the first request, after the last answer, and per request while sending: the
+           flush the durability rule requires (the in_flight record's flush, and the wait for
+           a flush already under way), ours (the event loop resuming the request after its
+           flush, the record's file operations, the answer's bookkeeping), the round trip
+           beyond L, and the governor's admission (its slow start).
 ratelimit  the same runner, its concurrency ceiling far above what the server allows,
            against a server enforcing R requests per second with 429 and Retry-After, once
            with each rate-limit header family (none, OpenAI's, Anthropic's). Reported:
@@ -121,32 +129,185 @@ def _run(base: str, release: Path, out: Path, concurrency: int, *, wire: str = "
     return result.summary, wall, _cpu() - cpu0, time.thread_time() - loop0
 
 
+def _overhead_split(n: int, concurrency: int, latency: float, wall: float, ideal: float,
+                    summary: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the time above the ideal went, from the run's own clocks (its summary's
+    `send_path` and `durable_writes`): before the first request, after the last answer, and
+    per request while sending, split into the flush the durability rule requires and the rest."""
+    path, writes = summary.get("send_path"), summary.get("durable_writes") or {}
+    wait = writes.get("mean_wait_split_ms")
+    if not path or not wait:
+        return None
+    mean = path["mean_ms"]
+    record_ops = max(0.0, mean["in_flight_record"] - sum(wait.values()))
+    per_request = {
+        # The rule: a flush that begins after the record was renamed into place, and the wait
+        # for the flush already under way (it began too early to cover the record).
+        "flush": wait["flush"],
+        "wait_for_flush_under_way": wait["to_begin"],
+        # Ours: the event loop's, the journal's and the runner's time on the request's path.
+        "resume_after_flush": wait["to_resume"],
+        "record_file_ops": round(record_ops, 3),
+        "to_send": mean["to_send"],
+        "bookkeeping": mean["bookkeeping"],
+        "between_requests": mean["between_requests"],
+        # The HTTP client, the loopback server, and answers waiting for a busy event loop.
+        "round_trip_beyond_latency": round(mean["round_trip"] - latency * 1000, 3),
+        # The governor: its slow start (and any pause or pacing) before a slot was free.
+        "slot": mean["slot"],
+    }
+    rule = per_request["flush"] + per_request["wait_for_flush_under_way"]
+    ours = sum(per_request[k] for k in ("resume_after_flush", "record_file_ops", "to_send",
+                                        "bookkeeping", "between_requests"))
+    setup = path["first_request_after_s"]
+    span = path["last_answer_after_s"] - setup
+    excess = sum(per_request.values())
+    # Each sender sent n / concurrency requests on average, each `excess` ms late.
+    accounted = excess / 1000 * n / concurrency
+    return {"setup_s": round(setup, 3), "teardown_s": round(wall - setup - span, 3),
+            "sending_excess_s": round(span - ideal, 3),
+            "per_request_ms": per_request,
+            "rule_ms_per_request": round(rule, 3), "ours_ms_per_request": round(ours, 3),
+            "per_request_excess_ms": round(excess, 3),
+            "sending_accounted_s": round(accounted, 3),
+            "flush_ms": writes.get("flush_ms")}
+
+
+async def _http_alone(base: str, n: int, concurrency: int) -> tuple[float, float]:
+    """`n` requests, `concurrency` at a time, through the runner's HTTP client and nothing
+    else (no plan, no records, no governor): the wall time and the mean round trip."""
+    from engine.http import NetworkSender
+
+    body = json.dumps({"model": "loopback-1", "messages": [
+        {"role": "user", "content": "Write a Qiskit circuit. " * 40}]}).encode()
+    url, headers = base + "/v1/chat/completions", {"Content-Type": "application/json"}
+    sender = NetworkSender(connections=concurrency, timeout_seconds=60.0,
+                           connect_timeout_seconds=10.0)
+    left, round_trips = n, 0.0
+
+    async def send() -> None:
+        nonlocal left, round_trips
+        while left > 0:
+            left -= 1
+            began = time.perf_counter()
+            json.loads((await sender.post(url, body, headers)).body)
+            round_trips += time.perf_counter() - began
+
+    began = time.perf_counter()
+    try:
+        await asyncio.gather(*(send() for _ in range(concurrency)))
+    finally:
+        await sender.aclose()
+    return time.perf_counter() - began, round_trips / max(1, n)
+
+
+def _flush_alone(directory: Path, count: int = 100) -> dict[str, float] | None:
+    """What one flush costs on this disk with nothing else writing: a record-sized file
+    written, renamed into place and flushed as the journal does, `count` times (ms)."""
+    from engine import journal
+
+    if journal._SYNCFS is None:
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY)
+    took = []
+    try:
+        for i in range(count):
+            tmp = directory / f".flush-{i}.tmp"
+            tmp.write_bytes(b"x" * 250)
+            os.replace(tmp, directory / f"flush-{i % 8}.json")
+            began = time.perf_counter()
+            journal._SYNCFS(fd)
+            took.append((time.perf_counter() - began) * 1000)
+    finally:
+        os.close(fd)
+    took.sort()
+    return {"mean": round(sum(took) / count, 3), "p50": round(took[count // 2], 3),
+            "p90": round(took[count * 9 // 10], 3), "max": round(took[-1], 3)}
+
+
 def bench_overhead(work: Path, n: int, concurrency: int, latency: float) -> dict[str, Any]:
     release = synthetic_release(work / f"release-{n}", n)
+    out = work / f"overhead-run-{latency:g}"
+    # A process imports the HTTP client once (the engine does it lazily, at its first run):
+    # timed here, outside the measured call, so that every run in this process counts alike.
+    began = time.perf_counter()
+    import aiohttp  # noqa: F401
+
+    import_s = time.perf_counter() - began
+    flush_alone = _flush_alone(work / f"flush-alone-{latency:g}")
     with loopback_server("--latency", str(latency)) as base:
-        summary, wall, cpu, loop_cpu = _run(base, release, work / "overhead-run", concurrency)
+        alone_wall, alone_round_trip = asyncio.run(_http_alone(base, n, concurrency))
+        server_stats(base, reset=True)
+        summary, wall, cpu, loop_cpu = _run(base, release, out, concurrency)
         stats = server_stats(base)
     ideal = math.ceil(n / concurrency) * latency
+    writes = summary.get("durable_writes") or {}
     result = {"n": n, "concurrency": concurrency, "latency_s": latency,
               "wall_s": round(wall, 3), "ideal_s": round(ideal, 3),
               "ratio": round(wall / ideal, 3),
+              "http_alone_s": round(alone_wall, 3),
+              "http_alone_ratio": round(alone_wall / ideal, 3),
+              "http_alone_round_trip_beyond_latency_ms": round(
+                  (alone_round_trip - latency) * 1000, 3),
+              "http_client_import_s": round(import_s, 3),
+              "flush_alone_ms": flush_alone,
               "cpu_s": round(cpu, 3), "cpu_s_per_1000": round(cpu / max(1, stats["requests"])
                                                               * 1000, 3),
               "requests": stats["requests"], "success": summary["success"],
               "server_max_concurrent": stats["max_concurrent"],
               "event_loop_cpu_ms_per_request": round(loop_cpu / max(1, stats["requests"])
                                                      * 1000, 3),
-              "in_flight_record_wait_ms": (summary.get("durable_writes") or {}).get(
-                  "mean_wait_ms"),
-              "flushes": (summary.get("durable_writes") or {}).get("flushes")}
+              "in_flight_record_wait_ms": writes.get("mean_wait_ms"),
+              "in_flight_records_written_ahead": writes.get("in_flight_records_written_ahead"),
+              "files_made_on_the_loop": writes.get("files_made_on_the_loop"),
+              "flushes": writes.get("flushes")}
+    split = _overhead_split(n, concurrency, latency, wall, ideal, summary)
+    if split is not None:
+        result.update(split)
     print(f"overhead: {n} prompts, concurrency {concurrency}, latency {latency * 1000:.0f} ms: "
           f"{wall:.3f} s measured / {ideal:.3f} s ideal = {wall / ideal:.3f}; "
-          f"{summary['success']} ok; engine CPU {cpu:.2f} s = "
-          f"{result['cpu_s_per_1000']:.2f} s per 1,000 requests (event loop "
-          f"{result['event_loop_cpu_ms_per_request']:.2f} ms per request); each request waited "
-          f"{result['in_flight_record_wait_ms']} ms on average for its in_flight record "
-          f"({result['flushes']} flushes); the server held at most "
-          f"{stats['max_concurrent']} at once", flush=True)
+          f"{summary['success']} ok; the server held at most {stats['max_concurrent']} at once",
+          flush=True)
+    print(f"  the same requests through the same HTTP client alone (no runner): "
+          f"{alone_wall:.3f} s = {alone_wall / ideal:.3f} of the ideal, each "
+          f"{result['http_alone_round_trip_beyond_latency_ms']:.2f} ms beyond the answer's "
+          f"latency (importing the client, {import_s:.3f} s, is outside both)", flush=True)
+    if split is not None:
+        r, f = split["per_request_ms"], split["flush_ms"] or {}
+        rest = split["sending_excess_s"] - split["sending_accounted_s"]
+        print(f"  {wall - ideal:.3f} s above the ideal: {split['setup_s']:.3f} s before the first "
+              f"request (release, plan, run directory), {split['teardown_s']:.3f} s after the "
+              f"last answer (last writes, summary), {split['sending_excess_s']:.3f} s while "
+              "sending", flush=True)
+        print(f"  per request while sending, mean: {split['per_request_excess_ms']:.2f} ms "
+              f"beyond the {latency * 1000:.0f} ms answer (x {n / concurrency:.2f} requests per "
+              f"sender = {split['sending_accounted_s']:.3f} s; {rest:+.3f} s the senders' "
+              "uneven finish)", flush=True)
+        alone = (f"; alone, with nothing else writing, {flush_alone['mean']:.2f} (p90 "
+                 f"{flush_alone['p90']:.2f})" if flush_alone else "")
+        print(f"    the flush the durability rule requires: {split['rule_ms_per_request']:.2f} ms "
+              f"= {r['flush']:.2f} the in_flight record's flush (its file written ahead, so "
+              f"that only its rename waited, for {writes.get('in_flight_records_written_ahead')}"
+              f" of {writes.get('in_flight_records')}) + "
+              f"{r['wait_for_flush_under_way']:.2f} waiting for a flush under way to end; "
+              f"a flush ({writes.get('flush')}, timed by the flusher thread) took "
+              f"{f.get('mean', 0):.2f} ms on average in this run (p50 {f.get('p50', 0):.2f}, "
+              f"p90 {f.get('p90', 0):.2f}, p99 {f.get('p99', 0):.2f}, max "
+              f"{f.get('max', 0):.2f}; {writes.get('flushes')} flushes){alone}", flush=True)
+        print(f"    ours: {split['ours_ms_per_request']:.2f} ms = {r['resume_after_flush']:.2f} "
+              f"for the event loop to resume the request after its flush + "
+              f"{r['record_file_ops']:.2f} writing and renaming the record + "
+              f"{r['to_send']:.2f} handing the request over + {r['bookkeeping']:.2f} the "
+              f"answer's bookkeeping + {r['between_requests']:.2f} between requests",
+              flush=True)
+        print(f"    elsewhere: {r['round_trip_beyond_latency']:.2f} ms round trip beyond the "
+              f"answer's latency (alone: {result['http_alone_round_trip_beyond_latency_ms']:.2f}; "
+              f"the rest is answers waiting for a busy event loop); {r['slot']:.2f} ms waiting "
+              "for the governor to admit the request (its slow start)", flush=True)
+    print(f"  engine CPU {cpu:.2f} s = {result['cpu_s_per_1000']:.2f} s per 1,000 requests "
+          f"(event loop {result['event_loop_cpu_ms_per_request']:.2f} ms per request)",
+          flush=True)
     return result
 
 
@@ -185,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("parts", nargs="*", choices=("overhead", "ratelimit", []), default=[])
     p.add_argument("--n", type=int, default=2000)
     p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--latency", type=float, default=0.05)
+    p.add_argument("--latency", type=float, default=None,
+                   help="seconds the server takes per answer (default: overhead at 0.2 and "
+                        "again at 0.05, ratelimit at 0.05)")
     p.add_argument("--rate", type=float, default=100.0)
     p.add_argument("--burst", type=float, default=0.0,
                    help="the server's bucket (default: one second of --rate)")
@@ -199,11 +362,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pqid-bench-", dir=args.work_dir) as tmp:
         work = Path(tmp)
         if "overhead" in parts:
-            figures["overhead"] = bench_overhead(work, args.n, args.concurrency, args.latency)
+            runs = [bench_overhead(work, args.n, args.concurrency, latency)
+                    for latency in ([args.latency] if args.latency is not None else [0.2, 0.05])]
+            figures["overhead"], figures["overhead_runs"] = runs[0], runs
         if "ratelimit" in parts:
             figures["ratelimit"] = [
                 bench_ratelimit(work, args.rate_n, args.rate, args.burst or args.rate,
-                                args.latency, h,
+                                0.05 if args.latency is None else args.latency, h,
                                 "anthropic" if h == "anthropic" else "openai")
                 for h in ("none", "openai", "anthropic")]
     print("BENCH-JSON " + json.dumps({"live": figures}, sort_keys=True))

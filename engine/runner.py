@@ -6,6 +6,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import itertools
 import json
 import random
 import time
@@ -175,12 +176,45 @@ class _Tally:
     started: float = field(default_factory=time.time)
 
 
+@dataclass
+class _SendClock:
+    """Where the senders' time went, summed over requests (seconds, `time.perf_counter`);
+    the rest of their lifetimes is `between_requests` (picking the next prompt, an error's
+    bookkeeping, retry backoffs, --sleep-seconds)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    requests: int = 0
+    slot: float = 0.0  # waiting for the governor to admit the request
+    in_flight: float = 0.0  # writing the in_flight record and waiting for its flush
+    to_send: float = 0.0  # from the record being durable to the request being handed over
+    round_trip: float = 0.0  # the request, its answer, parsing it (less `bookkeeping`)
+    bookkeeping: float = 0.0  # turning an answer into its records and events
+    workers: float = 0.0  # the senders' lifetimes
+    first_send: float | None = None
+    last_answer: float | None = None
+    answer_at: float = 0.0  # when the last reply's bookkeeping began
+
+    def to_dict(self) -> dict[str, Any] | None:
+        n = self.requests
+        if not n or self.first_send is None or self.last_answer is None:
+            return None
+        parts = {"slot": self.slot, "in_flight_record": self.in_flight,
+                 "to_send": self.to_send, "round_trip": self.round_trip,
+                 "bookkeeping": self.bookkeeping}
+        parts["between_requests"] = max(0.0, self.workers - sum(parts.values()))
+        return {"requests": n,
+                "first_request_after_s": round(self.first_send - self.started, 4),
+                "last_answer_after_s": round(self.last_answer - self.started, 4),
+                "mean_ms": {k: round(v / n * 1000, 3) for k, v in parts.items()}}
+
+
 class LiveRun:
     """One invocation of a live run over a run directory."""
 
     def __init__(self, config: LiveRunConfig, *, transport: httpx.AsyncBaseTransport | None = None,
                  progress: ProgressCallback | None = None, control: RunControl | None = None,
                  env: dict[str, str] | None = None) -> None:
+        self._clock = _SendClock()  # first: it times the setup too
         self.config = config
         self.plan = build_plan(config)
         self.adapter: Adapter = adapter_for(self.plan.route)
@@ -331,13 +365,20 @@ class LiveRun:
         return self.control.stopped or self._stop_new or self._live_journal.failure is not None
 
     async def _worker(self, sender: Sender, queue: collections.deque[PlannedRequest]) -> None:
-        while True:
-            await self.control.wait_running()
-            if self._halted() or not queue:
-                return
-            req = queue.popleft()
-            self._prepare_ahead(queue)
-            await self._send_prompt(sender, req)
+        born = time.perf_counter()
+        try:
+            while True:
+                await self.control.wait_running()
+                if self._halted() or not queue:
+                    return
+                req = queue.popleft()
+                if queue:
+                    self._live_journal.later(functools.partial(self._prepare_ahead, queue))
+                else:
+                    self._live_journal.wind_down()
+                await self._send_prompt(sender, req)
+        finally:
+            self._clock.workers += time.perf_counter() - born
 
     def _in_flight_record(self, req: PlannedRequest, attempt: int) -> dict[str, Any]:
         assert self._reconciled is not None
@@ -346,19 +387,22 @@ class LiveRun:
                 "last_error": self._reconciled.statuses[req.prompt_id].last_error}
 
     def _prepare_ahead(self, queue: collections.deque[PlannedRequest]) -> None:
-        """Write the in_flight record of a prompt about a round trip ahead in the queue to its
-        temporary file, so the flushes in between make it durable before it is needed."""
-        if not queue or self._reconciled is None:
+        """Write the in_flight records of the prompts next in the queue (a round trip's worth:
+        as many as may be in flight) to their temporary files, so the flushes in between make
+        them durable before they are needed. It runs later than the pop that asked for it
+        (Journal.later), so after a burst of pops one call catches up for all of them."""
+        if self._reconciled is None:
             return
-        req = queue[min(len(queue), self.config.concurrency) - 1]
-        if req.prompt_id in self._ahead:
-            return
-        status = self._reconciled.statuses[req.prompt_id]
-        if status.state == "uncertain":
-            return  # its history line comes first; written the usual way
-        path, data = self.run_dir.record_bytes(self._in_flight_record(req, status.attempts + 1))
-        self._ahead[req.prompt_id] = (status.attempts + 1, path, data)
-        self._live_journal.prepare(path, data)
+        for req in itertools.islice(queue, self.config.concurrency):
+            if req.prompt_id in self._ahead:
+                continue
+            status = self._reconciled.statuses[req.prompt_id]
+            if status.state == "uncertain":
+                continue  # its history line comes first; written the usual way
+            path, data = self.run_dir.record_bytes(
+                self._in_flight_record(req, status.attempts + 1))
+            self._ahead[req.prompt_id] = (status.attempts + 1, path, data)
+            self._live_journal.prepare(path, data)
 
     async def _pace(self) -> None:
         if self.config.sleep_seconds <= 0:
@@ -389,10 +433,14 @@ class LiveRun:
                 "error": "in flight when an earlier run stopped; resent with --retry-uncertain",
                 "request_sha256": req.sha256, "raw": None})
         retries = 0
+        clock = self._clock
         while True:
             await self._pace()
             await self.control.wait_running()
+            asked = time.perf_counter()
             ticket = await self.governor.acquire()
+            admitted = time.perf_counter()
+            clock.slot += admitted - asked
             if self._halted():
                 self.governor.failed()
                 if retries:  # it was shown retrying: it is left pending, for a resume
@@ -410,14 +458,26 @@ class LiveRun:
                 self.governor.failed()
                 self._live_journal.failure = self._live_journal.failure or exc
                 return
+            durable = time.perf_counter()
             # What a crash now would leave: the attempt's outcome is unknown.
             status.state, status.attempts = "uncertain", attempt
             self.tally.attempted_prompts.add(req.prompt_id)
             self._emit(PromptStateChanged(req.prompt_id, "in_flight", attempt))
             self.tally.attempts += 1
+            sent = time.perf_counter()
+            clock.in_flight += durable - admitted
+            clock.to_send += sent - durable
+            if clock.first_send is None:
+                clock.first_send = sent
             outcome = await self._attempt(sender, req, attempt, ticket)
+            clock.last_answer = answered = time.perf_counter()
+            clock.requests += 1
             if isinstance(outcome, Reply):
+                # Its bookkeeping (_record_success) ran last in this same step.
+                clock.round_trip += clock.answer_at - sent
+                clock.bookkeeping += answered - clock.answer_at
                 return
+            clock.round_trip += answered - sent
             error = outcome
             status.last_error = f"{error.error_class}: {error.message}"
             give_up = not error.retryable or retries >= self.config.max_retries
@@ -542,8 +602,11 @@ class LiveRun:
             if err.status == 429 and err.retryable:
                 long_wait = (err.retry_after is not None
                              and err.retry_after > self.config.max_retry_after_seconds)
-                self.governor.throttled(ticket, err.retry_after, resp_headers,
-                                        honour_pause=not long_wait)
+                # "limit" (the route paused and slowed) or "isolated" (only this prompt waits,
+                # by its own backoff), kept in the attempt's history line.
+                info["throttle"] = self.governor.throttled(
+                    ticket, err.retry_after, resp_headers, honour_pause=not long_wait,
+                    prompt=req.prompt_id)
             else:
                 self.governor.answered(ticket, resp_headers)
             err._attempt_info = info  # type: ignore[attr-defined]
@@ -556,6 +619,26 @@ class LiveRun:
     def _record_success(self, req: PlannedRequest, attempt: int, reply: Reply, status: int,
                         info: dict[str, Any], model_check: str,
                         raw: tuple[Path, bytes] | None = None) -> None:
+        self._clock.answer_at = time.perf_counter()
+        note = response_note({"finish_reason": reply.finish_reason, "content": reply.content,
+                              "model_redirected": model_check == "redirected",
+                              "returned_model": reply.returned_model})
+        self._emit(AttemptFinished(req.prompt_id, attempt, status, info["latency_ms"], None,
+                                   "success", reply.usage))
+        if self.journal is None:
+            # The batch path writes as it goes (its raw body is written already).
+            self._write_success(req, attempt, reply, status, info, model_check, raw, note)
+            return
+        # The answer is in and its slot free; "success" follows once its evidence is durable.
+        self._emit(PromptStateChanged(req.prompt_id, "saving", attempt, note=note))
+        # Written up once the requests waiting for their in_flight records are on their way
+        # (Journal.later): none of them waits behind this answer's bookkeeping.
+        self.journal.later(functools.partial(self._write_success, req, attempt, reply, status,
+                                             info, model_check, raw, note))
+
+    def _write_success(self, req: PlannedRequest, attempt: int, reply: Reply, status: int,
+                       info: dict[str, Any], model_check: str, raw: tuple[Path, bytes] | None,
+                       note: str | None) -> None:
         extraction = extract_code(reply.content)
         response = {
             "prompt_id": req.prompt_id, "provider": self.plan.route.name,
@@ -577,7 +660,6 @@ class LiveRun:
         record = {"prompt_id": req.prompt_id, "state": SUCCESS, "attempt": attempt,
                   "attempts": attempt, "request_sha256": req.sha256, "last_error": None,
                   "finish_reason": reply.finish_reason}
-        note = response_note(response)
 
         def durable() -> None:
             if self._reconciled is not None:
@@ -585,10 +667,7 @@ class LiveRun:
                 settled.state, settled.last_error = "success", None
             self._emit(PromptStateChanged(req.prompt_id, "success", attempt, note=note))
 
-        self._emit(AttemptFinished(req.prompt_id, attempt, status, info["latency_ms"], None,
-                                   "success", reply.usage))
         if self.journal is None:
-            # The batch path writes as it goes (its raw body is written already).
             self.run_dir.append_response(response)
             self.run_dir.append_attempt(attempt_line)
             self.run_dir.write_record(record)
@@ -602,8 +681,6 @@ class LiveRun:
         group.append(self.run_dir.responses_path, RunDir.line_bytes(response))
         group.append(self.run_dir.attempts_path, RunDir.line_bytes(attempt_line))
         group.replace(*self.run_dir.record_bytes(record))
-        # The answer is in and its slot free; "success" follows once its evidence is durable.
-        self._emit(PromptStateChanged(req.prompt_id, "saving", attempt, note=note))
         self.journal.commit_later(group, durable)
 
     # -- summary -------------------------------------------------------------------------------
@@ -625,6 +702,7 @@ class LiveRun:
         })
         summary["rate_control"] = None if self.config.batch_api else self.governor.state()
         summary["durable_writes"] = self._write_stats
+        summary["send_path"] = None if self.config.batch_api else self._clock.to_dict()
         with contextlib.suppress(OSError):
             self.run_dir.write_summary(summary)
         return summary

@@ -91,6 +91,8 @@ def crash_campaign(tmp_path: Path, prompts: int, rounds: int, seed: int) -> str:
         # Only complete records remain: resume removes temporaries a kill left behind.
         assert record.suffix == ".json" and not record.name.startswith("."), record.name
         assert json.loads(record.read_text())["state"] == "success"
+    # Nor is any other temporary file left (raw bodies are written under one and renamed).
+    assert not list(out.rglob(".*.tmp"))
     # No prompt has two canonical responses.
     ids = [r["prompt_id"] for r in rd.read_responses()]
     assert len(ids) == len(set(ids)) == prompts

@@ -257,6 +257,29 @@ def test_sending_only_some_prompts_ignores_unrelated_uncertain_ones(release_dir:
                                  transport=answering_transport(release_dir)))
 
 
+def test_the_summary_says_where_each_requests_time_went(release_dir: Path,
+                                                         tmp_path: Path) -> None:
+    """The figures the overhead benchmark splits its time with, and no temporary file left."""
+    out = tmp_path / "run"
+    s = run_live_model(config(release_dir, out, concurrency=2),
+                       transport=answering_transport(release_dir, {"ghz_02": [503]}),
+                       env=ENV).to_dict()
+    path, writes = s["send_path"], s["durable_writes"]
+    assert s["requests_sent"] == path["requests"] == writes["in_flight_records"] == 7
+    assert set(path["mean_ms"]) == {"slot", "in_flight_record", "to_send", "round_trip",
+                                    "bookkeeping", "between_requests"}
+    assert all(v >= 0 for v in path["mean_ms"].values())
+    assert 0 < path["first_request_after_s"] <= path["last_answer_after_s"]
+    # The in_flight record's wait is a part of the time its request spent on the record.
+    split = writes["mean_wait_split_ms"]
+    assert set(split) == {"to_begin", "flush", "to_resume"}
+    assert sum(split.values()) <= path["mean_ms"]["in_flight_record"] + 0.01
+    assert writes["flushes"] >= 1 and writes["flush_ms"]["max"] >= writes["flush_ms"]["p50"]
+    assert not list(out.rglob(".*.tmp"))
+    assert {json.loads(p.read_bytes())["state"] for p in (out / "records").iterdir()} == {
+        "success"}
+
+
 @pytest.mark.parametrize("concurrency", [1, 2])
 def test_in_flight_never_exceeds_the_concurrency(release_dir: Path, tmp_path: Path,
                                                  concurrency: int) -> None:

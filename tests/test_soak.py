@@ -7,6 +7,7 @@ concurrency 32, a 20% fault rate).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -48,7 +49,9 @@ def soak(tmp_path: Path, wire: str, prompts: int, concurrency: int, rate: float)
                           acknowledge_prompt_export=True, concurrency=concurrency,
                           max_retries=8, retry_backoff_seconds=0.01, max_backoff_seconds=0.05,
                           request_timeout_seconds=1.0)
+        started = time.monotonic()
         summary = run_live_model(cfg).to_dict()
+        wall = time.monotonic() - started
         seen = list(server.seen)
 
     rd = RunDir(out)
@@ -70,10 +73,13 @@ def soak(tmp_path: Path, wire: str, prompts: int, concurrency: int, rate: float)
     for pid, n in by_prompt.items():
         assert n == 1, pid
     hard = sum(1 for s in seen if s.behaviour not in SUCCESS_SHAPED and s.behaviour != "ok")
+    rc = summary["rate_control"]
     figure = (f"soak[{wire}]: {prompts} prompts at concurrency {concurrency}, {len(seen)} "
               f"requests, {faults} faults injected ({hard} failing), "
               f"{summary['success']} success, {summary['error']} terminal errors, "
-              f"{lost} lost, {duplicated} duplicated")
+              f"{lost} lost, {duplicated} duplicated; {rc['throttled_answers']} 429s "
+              f"({rc['isolated_429s']} isolated, {rc['limit_429s']} taken as a limit); "
+              f"{wall:.1f} s")
     print(figure)
     return figure
 
