@@ -46,7 +46,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from engine.environment import python_series
-from engine.errors import DockerUnavailable, PqidError, UsageError
+from engine.errors import (
+    DockerUnavailable,
+    EnvironmentMismatch,
+    EvaluatorFailed,
+    ImageBuildError,
+    Interrupted,
+    UsageError,
+)
 from engine.events import ImageBuildLog, ImageReady, ProgressCallback
 from engine.storage import sha256_file
 
@@ -74,35 +81,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STEP_FAILED = re.compile(r"returned a non-zero code: (\d+)")
 _NOISE = re.compile(r"\s*(--->|Step \d+/\d+|Removing intermediate|The command )")
 _MAX_LINE = 64 * 1024 * 1024
-
-
-class EvaluatorFailed(PqidError):
-    """The evaluator could not evaluate anything (it would not start, or broke the protocol)."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C stopped the runner, which removed its containers; `left`: those it could not."""
-
-    def __init__(self, run_id: str, left: Sequence[str] = ()) -> None:
-        super().__init__()
-        self.run_id = run_id
-        self.left = tuple(left)
-
-    def message(self) -> str:
-        """One line for the user: that nothing is left, or what is and how to remove it."""
-        if not self.left:
-            return "interrupted; no evaluator container is left"
-        return (f"interrupted; left behind: {', '.join(self.left)}; remove with "
-                f"`docker rm -f $(docker ps -aq --filter label={RUN_LABEL}={self.run_id})` "
-                "(the next replay also removes it)")
-
-
-class ImageBuildError(UsageError):
-    """The evaluator image could not be built from the given base image and requirements."""
-
-
-class EnvironmentMismatch(UsageError):
-    """The base image's Python is not the one the release's frozen rows were scored with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1105,7 +1083,7 @@ class DockerEvaluatorRunner:
         except Interrupted:
             raise
         except KeyboardInterrupt:
-            raise Interrupted(self.run_id, self.remove_own_containers()) from None
+            raise Interrupted(self.run_id, self.remove_own_containers(), label=RUN_LABEL) from None
 
     def remove_own_containers(self) -> list[str]:
         """Remove every container this runner made; return those it could not, with why."""

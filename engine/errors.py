@@ -10,8 +10,14 @@
     |   +-- CompareRefused       a comparison that would not be on the same footing
     |   +-- RunWriteError        the run's evidence could not be written (disk full, ...)
     |   +-- BatchApiError        the Batch API's Files or Batches endpoint refused or was down
+    |   +-- ImageBuildError      the evaluator image could not be built
+    |   +-- EnvironmentMismatch  the image's Python is not the release's pinned one
     +-- DockerUnavailable        no Docker Engine reachable (also a UsageError: start it)
+    +-- EvaluatorFailed          the evaluator could not evaluate anything (exit 1, not 2)
     +-- ProviderError            one provider attempt failed (carried in attempt records)
+
+    Interrupted (a KeyboardInterrupt)   Ctrl-C stopped a replay after its containers were
+                                        removed; says what, if anything, is left
 
     SendTimeout, SendFailed      a transport's answer to one request (the runner turns them
                                  into a ProviderError of that attempt; never shown as such)
@@ -19,7 +25,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 
 class PqidError(Exception):
@@ -105,3 +111,35 @@ class SendTimeout(Exception):
 
 class SendFailed(Exception):
     """The connection failed or the answer was not a complete HTTP response."""
+
+
+class ImageBuildError(UsageError):
+    """The evaluator image could not be built from the given base image and requirements."""
+
+
+class EnvironmentMismatch(UsageError):
+    """The base image's Python is not the one the release's frozen rows were scored with."""
+
+
+class EvaluatorFailed(PqidError):
+    """The evaluator could not evaluate anything (it would not start, or broke the protocol)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the runner, which removed its containers; `left`: those it could not,
+    found by the Docker label `label` set to `run_id`."""
+
+    def __init__(self, run_id: str, left: Sequence[str] = (), *,
+                 label: str = "pqid-tui.run") -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.left = tuple(left)
+        self.label = label
+
+    def message(self) -> str:
+        """One line for the user: that nothing is left, or what is and how to remove it."""
+        if not self.left:
+            return "interrupted; no evaluator container is left"
+        return (f"interrupted; left behind: {', '.join(self.left)}; remove with "
+                f"`docker rm -f $(docker ps -aq --filter label={self.label}={self.run_id})` "
+                "(the next replay also removes it)")

@@ -388,7 +388,7 @@ def test_the_batch_replay_prints_progress_and_the_summary(image: str, tmp_path: 
 
 def test_an_incomplete_wheelhouse_fails_the_build_clearly(docker_client: Any,
                                                           tmp_path: Path) -> None:
-    from engine.docker_runner import ImageBuildError
+    from engine.errors import ImageBuildError
 
     partial = tmp_path / "wheelhouse"
     partial.mkdir()

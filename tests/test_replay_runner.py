@@ -14,12 +14,8 @@ from typing import Any
 
 import pytest
 
-from engine.docker_runner import (
-    EvaluationItem,
-    EvaluatorConfig,
-    EvaluatorFailed,
-    LocalEvaluatorRunner,
-)
+from engine.docker_runner import EvaluationItem, EvaluatorConfig, LocalEvaluatorRunner
+from engine.errors import EvaluatorFailed
 from tests.helpers import prompt_line
 
 # A stand-in evaluator. Each item's generated_code is an instruction: "ok", "die" (SIGKILL

@@ -17,7 +17,6 @@ import pytest
 
 from engine.docker_runner import (
     DockerEvaluatorRunner,
-    EnvironmentMismatch,
     EvaluationItem,
     EvaluatorConfig,
     RunOutcome,
@@ -32,7 +31,7 @@ from engine.environment import (
     read_pin_file,
     release_environment,
 )
-from engine.errors import InputError, UsageError
+from engine.errors import EnvironmentMismatch, InputError, UsageError
 from engine.release import (
     CONTRACT_PQID_BENCH,
     FORMAT_PQID_BENCH_EVIDENCE,

@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.docker_runner import EvaluatorFailed, Interrupted
+    from engine.errors import EvaluatorFailed, Interrupted
     from engine.replay import replay
     from pqid_tui.batch.progress import replay_progress
 

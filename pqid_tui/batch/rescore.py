@@ -48,7 +48,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.docker_runner import EvaluatorFailed, Interrupted
+    from engine.errors import EvaluatorFailed, Interrupted
     from engine.rescore import render, rescore
 
     try:
