@@ -601,9 +601,8 @@ class Governor:
         self._limit_rate = found if pace is not None else None
         self._measured = found if pace is not None and congested is not None else None
         # Probing from half-way back up to it: the requests sent below are sure to be below
-        # the limit, and tell what is refused whatever the rate.
-        # Only a measured admission rate is sure enough for that; after a guess the route
-        # probes at once.
+        # the limit and tell what is refused whatever the rate. Only a measured admission rate
+        # is sure enough for that; after a guess the route probes at once.
         self._zone_rate = (math.inf if pace is None or found is None
                            else (pace + found) / 2 if congested is not None else 0.0)
         self._zone_since = math.inf
