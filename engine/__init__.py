@@ -11,26 +11,26 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from engine.compare import Comparison
     from engine.config import LiveRunConfig, make_config
-    from engine.plan import build_plan, plan_live_model_run
     from engine.release import Release, load_release
-    from engine.reproduce import Reproduction
-    from engine.runner import RunControl, RunResult, run_live_model, run_live_model_async
-    from engine.trace import trace_run
+    from engine.release.trace import trace_run
+    from engine.replay.compare import Comparison
+    from engine.replay.reproduce import Reproduction
+    from engine.run.live import RunControl, RunResult, run_live_model, run_live_model_async
+    from engine.run.plan import build_plan, plan_live_model_run
 
 # Loaded on first use: `import engine.errors` (every command does) must not pay for pydantic
 # and httpx, which only some commands need.
 _LAZY = {"LiveRunConfig": "engine.config", "make_config": "engine.config",
-         "build_plan": "engine.plan", "plan_live_model_run": "engine.plan",
+         "build_plan": "engine.run.plan", "plan_live_model_run": "engine.run.plan",
          "Release": "engine.release", "load_release": "engine.release",
-         "RunControl": "engine.runner", "RunResult": "engine.runner",
-         "run_live_model": "engine.runner", "run_live_model_async": "engine.runner",
-         "Comparison": "engine.compare", "Reproduction": "engine.reproduce",
-         "trace_run": "engine.trace"}
+         "RunControl": "engine.run.live", "RunResult": "engine.run.live",
+         "run_live_model": "engine.run.live", "run_live_model_async": "engine.run.live",
+         "Comparison": "engine.replay.compare", "Reproduction": "engine.replay.reproduce",
+         "trace_run": "engine.release.trace"}
 
 # The operations named like their modules (compare, replay, reproduce, rescore) are imported
-# from those modules: `engine.compare` must stay the module whatever was imported first.
+# from those modules: `engine.replay.compare` must stay the module whatever was imported first.
 __all__ = ["Comparison", "LiveRunConfig", "Release", "Reproduction", "RunControl", "RunResult",
            "__version__", "build_plan", "load_release", "make_config", "plan_live_model_run",
            "run_live_model", "run_live_model_async", "trace_run"]

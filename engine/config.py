@@ -9,8 +9,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.errors import ConfigError
-from engine.routes import DEFAULT_CONCURRENCY as DEFAULT_CONCURRENCY
-from engine.routes import MAX_OUTPUT_FIELDS, PRESETS, check_extra_body
+from engine.providers.routes import DEFAULT_CONCURRENCY as DEFAULT_CONCURRENCY
+from engine.providers.routes import MAX_OUTPUT_FIELDS, PRESETS, check_extra_body
 
 # Named generation contracts: a preset of the generation settings, by adapter. Settings given
 # explicitly override the preset's. "pqid-bench" is what the frozen PQID-Bench study's runners

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from pqid_tui.cli import main
+from pqid_tui.cli.main import main
 
 sys.exit(main())

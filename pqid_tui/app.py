@@ -20,8 +20,8 @@ from engine.config import LiveRunConfig
 from engine.errors import PqidError
 from engine.events import Event, ProgressCallback, RunStarted
 from engine.release import Release, load_release
-from engine.runner import RunResult
-from engine.runs import RunProgress, resend_async
+from engine.run.live import RunResult
+from engine.run.runs import RunProgress, resend_async
 from pqid_tui.messages import RunEnded, RunLaunched
 from pqid_tui.services.replay import ReplayService, default_replay_service
 from pqid_tui.session import RunSession

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Protocol
 
 from engine.config import LiveRunConfig
-from engine.runner import RunControl
-from engine.runs import RunProgress
+from engine.run.live import RunControl
+from engine.run.runs import RunProgress
 from pqid_tui.text import RUN_IN_PROGRESS
 
 

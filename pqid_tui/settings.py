@@ -53,7 +53,7 @@ class Settings:
         if self.path is None:
             return
         try:
-            from engine.storage import atomic_write_bytes
+            from engine.rundir.storage import atomic_write_bytes
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(self.path, (json.dumps(self.values, indent=2, sort_keys=True)

@@ -115,8 +115,8 @@ def _wheelhouse() -> Path | None:
 def docker_client() -> Iterator[Any]:
     from docker.errors import ImageNotFound
 
-    from engine.docker_runner import connect
     from engine.errors import DockerUnavailable
+    from engine.replay.docker import connect
 
     try:
         client = connect()
@@ -135,7 +135,7 @@ def docker_client() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def image(docker_client: Any) -> str:
     """The evaluator image for the current sources, built once (reused when the tag exists)."""
-    from engine.docker_runner import DockerEvaluatorRunner
+    from engine.replay.docker import DockerEvaluatorRunner
 
     runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=_wheelhouse(),
                                    client=docker_client)
@@ -196,8 +196,8 @@ def pqid_bench_image(docker_client: Any) -> str:
     pqid-bench-1.0.0.txt on Python 3.13), built once; the tag a rescore of the release uses."""
     from docker.errors import ImageNotFound
 
-    from engine.docker_runner import DockerEvaluatorRunner
-    from engine.environment import environments_dir, read_pin_file
+    from engine.replay.docker import DockerEvaluatorRunner
+    from engine.replay.environment import environments_dir, read_pin_file
 
     try:
         docker_client.images.get(PQID_BENCH_BASE_IMAGE)
@@ -215,8 +215,8 @@ def pqid_bench_image(docker_client: Any) -> str:
 @pytest.fixture
 def pqid_bench_runner(docker_client: Any, pqid_bench_image: str) -> Any:
     """A Docker runner in PQID-Bench v1.0.0's pinned environment, its image ready."""
-    from engine.docker_runner import DockerEvaluatorRunner
-    from engine.environment import environments_dir, read_pin_file
+    from engine.replay.docker import DockerEvaluatorRunner
+    from engine.replay.environment import environments_dir, read_pin_file
 
     python, pins = read_pin_file(environments_dir() / PQID_BENCH_PINS)
     wheelhouse = WHEELHOUSE_PY313 if any(WHEELHOUSE_PY313.glob("*.whl")) else None

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
 
-ENGINE_MODULES = ["engine", "engine.runner", "engine.plan", "engine.records", "engine.release",
-                  "engine.credentials", "engine.routes", "engine.adapters", "engine.oracle",
-                  "engine.docker_runner", "engine.replay", "engine.compare",
-                  "engine.evaluations", "engine.batch_api", "engine.prices", "engine.recast",
-                  "engine.provider_check", "engine.runs", "engine.model_identity"]
+ENGINE_MODULES = ["engine", "engine.run.live", "engine.run.plan", "engine.run.batch",
+                  "engine.run.recast", "engine.run.runs", "engine.rundir.records",
+                  "engine.release", "engine.release.prices", "engine.providers.credentials",
+                  "engine.providers.routes", "engine.providers.adapters",
+                  "engine.providers.oracle", "engine.providers.check",
+                  "engine.providers.model_identity", "engine.replay.docker",
+                  "engine.replay.replay", "engine.replay.compare", "engine.replay.evaluations"]
 EVALUATOR_MODULES = ["evaluator", "evaluator.extract", "evaluator.schema",
                      "evaluator.supervisor", "evaluator.executor", "evaluator.grader"]
 
@@ -53,3 +56,21 @@ def test_ruff_and_strict_mypy_are_clean() -> None:
     assert ruff.returncode == 0, ruff.stdout[-3000:]
     mypy = subprocess.run([str(bin_dir / "mypy")], capture_output=True, text=True, cwd=ROOT)
     assert mypy.returncode == 0, mypy.stdout[-3000:]
+
+
+def test_the_wheel_holds_the_product_only(tmp_path: Path) -> None:
+    """Benchmarks, fake servers, the screenshot maker and the demo release's authoring code
+    live under tests/ and stay out of the wheel; the bundled demo release goes in."""
+    pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+           "--wheel-dir", str(tmp_path), str(ROOT)]
+    result = subprocess.run(pip, capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (wheel,) = tmp_path.glob("pqid_tui-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"engine", "evaluator", "pqid_tui"}
+    assert "engine/demo/release/prompts.jsonl" in names
+    assert "evaluator/Dockerfile" in names
+    for tool in ("bench/", "bench_", "loopback", "fakes/", "screenshots", "demo_build", "demo_frozen",
+                 "demo_families"):
+        assert not [n for n in names if tool in n], tool

@@ -161,7 +161,7 @@ def _read_marker(folder: Path, sha: str) -> tuple[str, dict[str, list[object]]] 
 def verified_extraction(folder: Path, sha: str) -> Path | None:
     """The release folder of an earlier extraction of this archive, if every file it wrote
     still has the same size and SHA-256; None otherwise."""
-    from engine.storage import sha256_file
+    from engine.rundir.storage import sha256_file
 
     if folder.is_symlink() or not folder.is_dir():
         return None
@@ -195,7 +195,7 @@ def extract_cached(archive: Path, *, sha256: str | None = None, cache_dir: Path 
     `sha256`, when given, is the archive's digest already computed by the caller; `origin`
     (recorded in the folder's marker) says where the archive came from (default its path).
     """
-    from engine.storage import sha256_file
+    from engine.rundir.storage import sha256_file
 
     archive = Path(archive)
     if not archive.is_file():

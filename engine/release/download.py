@@ -164,7 +164,7 @@ def get_core_distribution(version: str, *, from_file: Path | None = None,
     """The verified core distribution of `version` in the cache: reused when it is there,
     else imported from `from_file` or downloaded (from `url`, a mirror, or the official URL);
     the archive must have the pinned SHA-256 either way. `transport` is for tests (httpx)."""
-    from engine.storage import sha256_file
+    from engine.rundir.storage import sha256_file
 
     core = official_core(version)
     source_url = url or core.url

@@ -107,7 +107,7 @@ def read_artifact_manifest(path: Path) -> ArtifactManifest:
 def check_file(root: Path, entry: ManifestEntry, manifest_name: str = MANIFEST_NAME
                ) -> str | None:
     """None when the file has the listed size and SHA-256; else a message naming it."""
-    from engine.storage import sha256_file
+    from engine.rundir.storage import sha256_file
 
     path = root / entry.path
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from engine.errors import ReleaseError
-from engine.storage import read_jsonl_objects
+from engine.rundir.storage import read_jsonl_objects
 
 # Release formats, as detected from the files.
 FORMAT_PQID_RELEASE = "pqid-release/1"

@@ -42,7 +42,7 @@ from engine.release.model import (
     Release,
 )
 from engine.release.pqid_release import PROMPT_ID_RE, parse_messages
-from engine.storage import read_jsonl_objects, sha256_file
+from engine.rundir.storage import read_jsonl_objects, sha256_file
 
 NAME = "PQID-Bench"
 PROFILE_CORE = "core"
@@ -166,7 +166,7 @@ def identity_from_version_module(path: Path) -> BenchmarkIdentity:
 
 def identity_digest(identity: BenchmarkIdentity, prompts_sha256: str) -> str:
     """`Release.digest` of a PQID-Bench release (the same for its core and evidence copies)."""
-    from engine.storage import canonical_json, sha256_hex
+    from engine.rundir.storage import canonical_json, sha256_hex
 
     return sha256_hex(canonical_json({
         "identity": IDENTITY_FORMAT, "name": identity.name, "version": identity.version,

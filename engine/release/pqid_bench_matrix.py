@@ -37,7 +37,7 @@ from engine.release.model import (
     FrozenRow,
     Release,
 )
-from engine.storage import read_json_file, read_jsonl_objects
+from engine.rundir.storage import read_json_file, read_jsonl_objects
 
 BATCH_DIR = "artifacts/external_model_batches_154"
 SUBBATCHES = ("mistral_parent_control", "qiskit_mistral")

@@ -19,7 +19,7 @@ from engine.release.model import (
     Release,
     Verification,
 )
-from engine.storage import read_json_file, read_jsonl_objects, sha256_file
+from engine.rundir.storage import read_json_file, read_jsonl_objects, sha256_file
 
 RELEASE_FORMAT = FORMAT_PQID_RELEASE
 PROMPT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")

@@ -11,9 +11,9 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, DataTable, Footer, Header, Static
 
-from engine.credentials import describe_source, keyring_delete, keyring_set
 from engine.errors import PqidError
-from engine.routes import PRESETS
+from engine.providers.credentials import describe_source, keyring_delete, keyring_set
+from engine.providers.routes import PRESETS
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.textsafe import escape_controls
 from pqid_tui.widgets.plain import plain
@@ -210,8 +210,8 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
     async def check_key(self, name: str) -> None:
         import asyncio
 
-        from engine.credentials import resolve_credential
-        from engine.provider_check import check_provider
+        from engine.providers.check import check_provider
+        from engine.providers.credentials import resolve_credential
 
         app = cast("PqidApp", self.app)
         route = PRESETS[name]

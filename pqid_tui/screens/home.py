@@ -19,7 +19,7 @@ from engine.release import (
     Release,
 )
 from engine.release.model import Verification
-from engine.runs import RunInfo, list_runs
+from engine.run.runs import RunInfo, list_runs
 from pqid_tui.messages import RunEnded
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.text import UNKNOWN_ERROR

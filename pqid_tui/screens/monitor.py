@@ -16,7 +16,7 @@ from textual.widgets import Footer, Header, Input, Static
 
 from engine.config import LiveRunConfig
 from engine.errors import PqidError
-from engine.runs import RunProgress, resume_config
+from engine.run.runs import RunProgress, resume_config
 from pqid_tui.messages import RunEnded
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.text import PROVIDER_TERMS, UNCERTAIN_EXPLANATION, describe_error

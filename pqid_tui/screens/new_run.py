@@ -27,11 +27,11 @@ from textual.widgets import (
 
 from engine.config import DEFAULT_CONCURRENCY, LiveRunConfig, make_config
 from engine.errors import ConfigError, PqidError
-from engine.layout import MANIFEST
-from engine.plan import Plan, build_plan
-from engine.records import RunDir, check_same_contract
-from engine.routes import PRESETS, check_extra_body, resolve_route
-from engine.runs import RunInfo, read_run_info, resume_config
+from engine.providers.routes import PRESETS, check_extra_body, resolve_route
+from engine.run.plan import Plan, build_plan
+from engine.run.runs import RunInfo, read_run_info, resume_config
+from engine.rundir.layout import MANIFEST
+from engine.rundir.records import RunDir, check_same_contract
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.text import PROVIDER_TERMS, RUN_IN_PROGRESS, UNCERTAIN_EXPLANATION, describe_error
 from pqid_tui.widgets.plain import plain

@@ -16,8 +16,8 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 
 from engine.errors import PqidError
-from engine.runs import PromptDetail, RawBody, prompt_detail
-from engine.storage import canonical_json
+from engine.run.runs import PromptDetail, RawBody, prompt_detail
+from engine.rundir.storage import canonical_json
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.textsafe import count_controls, escape_controls
 from pqid_tui.widgets.plain import one_line, plain

@@ -34,7 +34,7 @@ from engine.events import (
     ImageReady,
     ReplayFinished,
 )
-from engine.runs import is_evaluated, list_runs
+from engine.run.runs import is_evaluated, list_runs
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.services.replay import (
     Comparison,

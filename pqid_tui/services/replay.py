@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from engine.errors import PqidError, UsageError
 from engine.events import ProgressCallback
-from engine.layout import EVALUATION_DIR, MANIFEST, RESPONSES
+from engine.rundir.layout import EVALUATION_DIR, MANIFEST, RESPONSES
 from pqid_tui.widgets.sort_table import Cell, Column, Row
 
 METRICS = ("execution", "structural_match", "qasm3_export", "equivalence")
@@ -182,7 +182,7 @@ class EngineReplayService:
         self._client = client
 
     def _runner(self, options: ImageOptions) -> Any:
-        from engine.docker_runner import DockerEvaluatorRunner
+        from engine.replay.docker import DockerEvaluatorRunner
 
         runner = DockerEvaluatorRunner(base_image=options.base_image,
                                        wheelhouse=options.wheelhouse,
@@ -191,7 +191,7 @@ class EngineReplayService:
         return runner
 
     def docker_status(self, options: ImageOptions) -> DockerStatus:
-        from engine.docker_runner import connect
+        from engine.replay.docker import connect
 
         try:
             client = connect(self._client)
@@ -231,7 +231,7 @@ class EngineReplayService:
     def replay(self, run_dir: Path, release_dir: Path, options: ImageOptions,
                progress: ProgressCallback, *, acknowledge_code_execution: bool,
                overwrite: bool) -> dict[str, int]:
-        from engine.replay import replay
+        from engine.replay.replay import replay
 
         result = replay(release_dir, run_dir / RESPONSES, run_dir / EVALUATION_DIR,
                         acknowledge_code_execution=acknowledge_code_execution,
@@ -240,9 +240,9 @@ class EngineReplayService:
         return {k: int(v) for k, v in result.summary.get("categories", {}).items() if v}
 
     def _compare(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> Any:
-        from engine.compare import compare, publishable_split
         from engine.release import load_release
-        from engine.runs import EVALUATIONS_FILE
+        from engine.replay.compare import compare, publishable_split
+        from engine.run.runs import EVALUATIONS_FILE
 
         path = run_dir / EVALUATIONS_FILE
         if not path.is_file():
@@ -261,13 +261,13 @@ class EngineReplayService:
         return comparison_from_engine(self._compare(run_dir, release_dir, allow_partial).data)
 
     def taxonomy(self, run_dir: Path) -> dict[str, int]:
-        from engine.runs import evaluation_counts
+        from engine.run.runs import evaluation_counts
 
         return evaluation_counts(run_dir)
 
     def export(self, run_dir: Path, release_dir: Path, *, allow_partial: bool) -> list[Path]:
         """The comparison in the batch mode's four formats, beside the run's evaluations."""
-        from engine.storage import atomic_write_bytes
+        from engine.rundir.storage import atomic_write_bytes
 
         comparison = self._compare(run_dir, release_dir, allow_partial)
         out = run_dir / "evaluation"
@@ -364,10 +364,10 @@ def _view(entries: Sequence[Mapping[str, Any]], metrics: tuple[str, ...], labels
 
 
 def comparison_from_engine(data: dict[str, Any]) -> Comparison:
-    """The screen's view of `engine.compare.Comparison.data`: its rows with every metric, gap
+    """The screen's view of `engine.replay.compare.Comparison.data`: its rows with every metric, gap
     and paired difference it holds, over the selected prompts; a subset table if it has one."""
-    from engine.evaluations import METRICS as ENGINE_METRICS
     from engine.release import CONTRACT_PQID_BENCH
+    from engine.replay.evaluations import METRICS as ENGINE_METRICS
 
     partial = not data["selection"]["complete"]
     named = [(str(m["key"]), str(m.get("label") or m["key"])) for m in data.get("metrics") or ()]

@@ -21,7 +21,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from engine.runs import PromptRow, in_retry_queue
+from engine.run.runs import PromptRow, in_retry_queue
 from pqid_tui.textsafe import escape_controls
 
 # Theme variable behind each state's colour (resolved against the running theme).

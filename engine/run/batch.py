@@ -1,0 +1,745 @@
+"""The OpenAI Batch path: the planned requests sent as one batch, resumable, never created twice.
+
+A batch run is a live run whose requests travel through the Files and Batches endpoints
+instead of one POST each. `BatchRun` reuses `LiveRun` for everything a run directory must
+look like (acknowledgement, resume rules, credential, manifest, records, responses, attempt
+log, raw bodies, summary) and adds a state machine kept in `batch-state.json`:
+
+    input_written -> uploaded -> creating -> created -> ended -> downloaded -> materialised
+    (batch-input    (file id)    (token,     (batch id;  (terminal  (output and  (every prompt
+     .jsonl, token,              then POST   records    status,    error files  recorded as a
+     prompt IDs)                 /batches)   in_flight) file ids)  saved)       live run would)
+
+Each phase is written atomically before the next step starts, so a process killed at any
+instant resumes from the last phase it saved:
+
+- `input_written`: upload the saved input file again (an orphaned upload costs nothing).
+- `uploaded`/`creating`: the idempotency token was saved before the create request; first
+  list the batches and adopt the one whose metadata carries the token, and create one only
+  when none does. The same check follows a create request whose answer was lost.
+- `created`: poll the saved batch ID; never create another.
+- `ended`/`downloaded`: download (again) and materialise the prompts not yet settled.
+
+While a batch is unfinished its prompts' records say `in_flight` with its `batch_id`. The
+run directory's reconciliation reads such a record as "uncertain" (it cannot know about
+batches), so `BatchRun.prepare` first decides which uncertain prompts belong to the
+unfinished batch: when every uncertain prompt does, it lets `LiveRun.prepare` run with the
+uncertain check satisfied, then takes the batch's prompts out of the list to send; they are
+settled by finishing the batch, not by a new request. An uncertain prompt that does not
+belong to the batch (a live run killed in the same directory) still needs
+`--retry-uncertain`, exactly as in a live resume.
+
+One invocation first finishes an unfinished batch, then sends what the resume rules select
+(none of the finished batch's prompts) as a new batch. Once materialised, a later `--resume`
+behaves like a live resume: successes are skipped, errors only with `--retry-errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+
+from engine import __version__
+from engine.config import LiveRunConfig
+from engine.errors import (
+    BatchApiError,
+    ConfigError,
+    InputError,
+    ProviderError,
+    ResumeRefused,
+)
+from engine.events import (
+    BatchPolled,
+    ProgressCallback,
+    PromptState,
+    PromptStateChanged,
+    RunFinished,
+    RunStarted,
+)
+from engine.providers.adapters import Reply, error_for_status
+from engine.providers.model_identity import check_model
+from engine.run.live import LiveRun, RunControl, RunResult, _redact, _redact_text
+from engine.run.plan import PlannedRequest
+from engine.rundir.layout import BATCH_STATE
+from engine.rundir.records import ERROR, IN_FLIGHT, Reconciled, utc_now
+from engine.rundir.storage import atomic_write_bytes, atomic_write_json, canonical_json, sha256_hex
+
+STATE_FILE = BATCH_STATE
+STATE_FORMAT = "pqid-batch-state/1"
+ENDPOINT = "/v1/chat/completions"
+COMPLETION_WINDOW = "24h"
+TOKEN_KEY = "pqid_run_token"
+TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+
+INPUT_WRITTEN, UPLOADED, CREATING, CREATED = "input_written", "uploaded", "creating", "created"
+ENDED, DOWNLOADED, MATERIALISED = "ended", "downloaded", "materialised"
+PHASES = (INPUT_WRITTEN, UPLOADED, CREATING, CREATED, ENDED, DOWNLOADED, MATERIALISED)
+
+_LIST_PAGE = 100
+_LIST_MAX_PAGES = 20
+# Listed batches are newest first; stop paging once they are this much older than our create.
+_LIST_SLACK_SECONDS = 3600
+
+
+def _utc(ts: Any) -> str | None:
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool):
+        return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return None
+
+
+def _counts(batch: dict[str, Any]) -> dict[str, int]:
+    raw = batch.get("request_counts")
+    raw = raw if isinstance(raw, dict) else {}
+    out = {}
+    for key in ("total", "completed", "failed"):
+        value = raw.get(key)
+        out[key] = value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return out
+
+
+def input_bytes(requests: list[PlannedRequest]) -> bytes:
+    """The batch input file: one line per request, its body exactly the planned body."""
+    return b"".join(canonical_json({"custom_id": r.prompt_id, "method": "POST",
+                                    "url": ENDPOINT, "body": r.body}) + b"\n"
+                    for r in requests)
+
+
+def _lines(data: bytes) -> Iterator[dict[str, Any]]:
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue  # unattributable; its prompt ends up "missing from batch output"
+        if isinstance(obj, dict) and isinstance(obj.get("custom_id"), str):
+            yield obj
+
+
+class BatchApi:
+    """The Files and Batches endpoints under one base URL, with the error rules of the path."""
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str, headers: dict[str, str],
+                 secret: str | None, *, retries: int, backoff: Callable[[int, float | None],
+                                                                        float]) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self.headers = headers
+        self.secret = secret
+        self.retries = retries
+        self.backoff = backoff
+
+    async def _call(self, method: str, path: str, what: str, *, retry: bool,
+                    **kw: Any) -> httpx.Response:
+        tries = 0
+        while True:
+            status: int | None = None
+            retry_after: float | None = None
+            try:
+                response = await self.client.request(method, self.base_url + path,
+                                                     headers=self.headers, **kw)
+                body = response.content
+            except httpx.HTTPError as exc:
+                problem = (f"{exc.__class__.__name__}: "
+                           f"{_redact_text(str(exc), self.secret) or 'connection failed'}")
+            else:
+                if 200 <= response.status_code < 300:
+                    return response
+                status = response.status_code
+                headers = {k.lower(): v for k, v in response.headers.items()}
+                err = error_for_status(status, headers, _redact(body, self.secret))
+                problem = f"{err.error_class}: {_redact_text(err.message, self.secret)}"
+                if not err.retryable:
+                    hint = (" (check the key: --api-key-file, $OPENAI_API_KEY or the keyring)"
+                            if status in (401, 403) else "")
+                    raise BatchApiError(f"OpenAI Batch API refused {what}: {problem}{hint}",
+                                        status=status)
+                retry_after = err.retry_after
+            if not retry or tries >= self.retries:
+                raise BatchApiError(
+                    f"OpenAI Batch API: {what} failed after {tries + 1} tr"
+                    f"{'y' if tries == 0 else 'ies'}: {problem}; the batch state is kept in "
+                    f"{STATE_FILE}, rerun with --resume to continue", status=status,
+                    transient=True)
+            delay = self.backoff(tries, retry_after)
+            tries += 1
+            await asyncio.sleep(delay)
+
+    def _json(self, response: httpx.Response, what: str, need_id: bool = True) -> dict[str, Any]:
+        try:
+            payload = json.loads(response.content)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            payload = None
+        if not isinstance(payload, dict) or (need_id and not isinstance(payload.get("id"), str)):
+            raise BatchApiError(f"OpenAI Batch API: {what} answered HTTP "
+                                f"{response.status_code} without the expected JSON object")
+        return payload
+
+    async def upload(self, name: str, data: bytes) -> dict[str, Any]:
+        response = await self._call("POST", "/files", "the input file upload (POST /files)",
+                                    retry=True, data={"purpose": "batch"},
+                                    files={"file": (name, data, "application/jsonl")})
+        return self._json(response, "POST /files")
+
+    async def create(self, input_file_id: str, token: str) -> dict[str, Any]:
+        # Never retried here: a lost answer is settled by listing batches for the token.
+        response = await self._call(
+            "POST", "/batches", "the batch creation (POST /batches)", retry=False,
+            json={"input_file_id": input_file_id, "endpoint": ENDPOINT,
+                  "completion_window": COMPLETION_WINDOW, "metadata": {TOKEN_KEY: token}})
+        return self._json(response, "POST /batches")
+
+    async def find(self, token: str, not_before: float | None) -> dict[str, Any] | None:
+        """The batch whose metadata carries `token`, from the newest-first listing."""
+        after: str | None = None
+        for _ in range(_LIST_MAX_PAGES):
+            params: dict[str, Any] = {"limit": _LIST_PAGE}
+            if after:
+                params["after"] = after
+            response = await self._call("GET", "/batches", "the batch listing (GET /batches)",
+                                        retry=True, params=params)
+            page = self._json(response, "GET /batches", need_id=False)
+            data = page.get("data")
+            items = [b for b in data if isinstance(b, dict)] if isinstance(data, list) else []
+            for batch in items:
+                meta = batch.get("metadata")
+                if isinstance(meta, dict) and meta.get(TOKEN_KEY) == token:
+                    return batch
+            if not items or not page.get("has_more"):
+                return None
+            oldest = items[-1].get("created_at")
+            if (not_before is not None and isinstance(oldest, (int, float))
+                    and oldest < not_before - _LIST_SLACK_SECONDS):
+                return None
+            after = str(items[-1].get("id"))
+        return None
+
+    async def get(self, batch_id: str) -> dict[str, Any]:
+        response = await self._call("GET", f"/batches/{batch_id}",
+                                    f"polling batch {batch_id}", retry=True)
+        return self._json(response, f"GET /batches/{batch_id}")
+
+    async def content(self, file_id: str) -> bytes:
+        response = await self._call("GET", f"/files/{file_id}/content",
+                                    f"the download of file {file_id}", retry=True)
+        return response.content
+
+
+class BatchRun(LiveRun):
+    """One invocation of a batch run over a run directory (see the module docstring)."""
+
+    def __init__(self, config: LiveRunConfig, *, transport: httpx.AsyncBaseTransport | None = None,
+                 progress: ProgressCallback | None = None, control: RunControl | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        check_batch_config(config)
+        super().__init__(config, transport=transport, progress=progress, control=control,
+                         env=env)
+        self.state_path = self.run_dir.path / STATE_FILE
+        self.state: dict[str, Any] | None = None
+
+    # -- the state file --------------------------------------------------------------------------
+    def _load_state(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.state_path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"{self.state_path}: not valid JSON ({exc}); it is written "
+                             "atomically, so something else changed it") from None
+        if (not isinstance(data, dict) or data.get("format") != STATE_FORMAT
+                or data.get("phase") not in PHASES or not isinstance(data.get("prompt_ids"), list)):
+            raise InputError(f"{self.state_path}: not a {STATE_FORMAT} batch state")
+        return data
+
+    def _save(self, **changes: Any) -> None:
+        assert self.state is not None
+        self.state.update(changes, updated_at_utc=utc_now())
+        atomic_write_json(self.state_path, self.state)
+
+    def _active(self) -> dict[str, Any] | None:
+        if self.state is not None and self.state["phase"] != MATERIALISED:
+            return self.state
+        return None
+
+    @staticmethod
+    def _belongs(rec: Reconciled, pid: str, state: dict[str, Any]) -> bool:
+        record = rec.statuses[pid].record or {}
+        return (pid in state["prompt_ids"] and state.get("batch_id") is not None
+                and record.get("batch_id") == state["batch_id"])
+
+    # -- preparation ---------------------------------------------------------------------------
+    def prepare(self) -> list[PlannedRequest]:
+        asked = self.config
+        self.state = self._load_state() if asked.resume and self.run_dir.is_nonempty() else None
+        active = self._active()
+        in_batch = set(active["prompt_ids"]) if active else set()
+        override: dict[str, Any] = {"max_new": None}
+        if active is not None and not asked.retry_uncertain:
+            pre = self.run_dir.reconcile(self.plan.prompt_ids, repair=False)
+            uncertain = pre.by_state("uncertain")
+            if uncertain and all(self._belongs(pre, pid, active) for pid in uncertain):
+                override["retry_uncertain"] = True  # pending in the batch, not uncertain
+        self.config = asked.model_copy(update=override)
+        try:
+            super().prepare()  # the contract check comes first: its message is the clearest
+        finally:
+            self.config = asked
+        unknown = in_batch - set(self.plan.prompt_ids)
+        if unknown:
+            raise ResumeRefused(f"{self.state_path}: the unfinished batch holds prompts outside "
+                                f"this run's selection ({', '.join(sorted(unknown)[:5])})")
+        rec = self._reconciled
+        assert rec is not None
+        to_send = []
+        for req in self.plan.requests:
+            state = rec.statuses[req.prompt_id].state
+            if req.prompt_id in in_batch:
+                continue
+            if state == "pending" or (state == "error" and asked.retry_errors) or (
+                    state == "uncertain" and asked.retry_uncertain):
+                to_send.append(req)
+        if asked.max_new is not None:
+            to_send = to_send[: asked.max_new]
+        return to_send
+
+    # -- the run -------------------------------------------------------------------------------
+    async def run(self) -> RunResult:
+        to_send = self.prepare()
+        rec = self._reconciled
+        assert rec is not None
+        active = self._active()
+        in_batch = set(active["prompt_ids"]) if active else set()
+        sending = {r.prompt_id for r in to_send} | in_batch
+        self._emit(RunStarted(str(self.run_dir.path), self.plan.route.name, self.config.model,
+                              len(self.plan.requests), len(sending),
+                              len(self.plan.requests) - len(sending), self.plan.prompt_ids))
+        for pid, status in rec.statuses.items():
+            if active is not None and pid in in_batch:
+                self._emit(PromptStateChanged(pid, "in_flight",
+                                              int(active["attempts"][pid])))
+            elif pid in sending:
+                self._emit(PromptStateChanged(pid, "pending", status.attempts))
+            else:
+                self._emit(PromptStateChanged(pid, cast(PromptState, status.state),
+                                              status.attempts, status.last_error))
+        timeout = httpx.Timeout(self.config.request_timeout_seconds,
+                                connect=min(10.0, self.config.request_timeout_seconds))
+        try:
+            async with httpx.AsyncClient(transport=self.transport, timeout=timeout,
+                                         follow_redirects=False, trust_env=False) as client:
+                api = self._api(client)
+                finished = True
+                if active is not None:
+                    finished = await self._drive(api)
+                if finished and to_send and not self.control.stopped:
+                    self._start_batch(to_send)
+                    await self._drive(api)
+        finally:
+            summary = self.write_summary()
+            self._emit(RunFinished(summary))
+        return RunResult(summary, str(self.run_dir.path))
+
+    def _api(self, client: httpx.AsyncClient) -> BatchApi:
+        route, secret = self.plan.route, self.credential.secret if self.credential else None
+        headers = {"User-Agent": f"pqid-tui/{__version__}", **route.headers,
+                   **self.adapter.auth_headers(route, secret)}
+        return BatchApi(client, route.base_url, headers, secret,
+                        retries=self.config.max_retries, backoff=self._backoff)
+
+    async def _drive(self, api: BatchApi) -> bool:
+        """Advance the current batch to `materialised`; False when stopped while polling."""
+        while True:
+            assert self.state is not None
+            phase = self.state["phase"]
+            if phase == INPUT_WRITTEN:
+                await self._upload(api)
+            elif phase in (UPLOADED, CREATING):
+                await self._create(api)
+            elif phase == CREATED:
+                self._mark_in_flight()
+                if not await self._poll(api):
+                    return False
+            elif phase == ENDED:
+                await self._download(api)
+            elif phase == DOWNLOADED:
+                self._materialise()
+            else:
+                return True
+
+    # -- step 1: the input file ----------------------------------------------------------------
+    def _input_name(self, seq: int) -> str:
+        return "batch-input.jsonl" if seq == 1 else f"batch-input.{seq}.jsonl"
+
+    def _start_batch(self, to_send: list[PlannedRequest]) -> None:
+        rec = self._reconciled
+        assert rec is not None
+        attempts: dict[str, int] = {}
+        for req in to_send:
+            status = rec.statuses[req.prompt_id]
+            if status.state == "uncertain":
+                # Keep the interrupted attempt in the history before drawing again.
+                self.run_dir.append_attempt({
+                    "prompt_id": req.prompt_id, "attempt": status.attempts,
+                    "started_at_utc": None, "finished_at_utc": utc_now(), "latency_ms": None,
+                    "status": None, "error_class": "uncertain", "decision": "uncertain",
+                    "error": "in flight when an earlier run stopped; resent with "
+                             "--retry-uncertain", "request_sha256": req.sha256, "raw": None})
+            attempts[req.prompt_id] = status.attempts + 1
+        previous: list[dict[str, Any]] = []
+        seq = 1
+        if self.state is not None:
+            old = {k: v for k, v in self.state.items() if k != "previous_batches"}
+            previous = [*self.state.get("previous_batches", []), old]
+            seq = int(self.state.get("seq", 1)) + 1
+        data = input_bytes(to_send)
+        name = self._input_name(seq)
+        atomic_write_bytes(self.run_dir.path / name, data)
+        self.state = {
+            "format": STATE_FORMAT, "seq": seq, "phase": INPUT_WRITTEN,
+            "input_file": name, "input_sha256": sha256_hex(data), "input_bytes": len(data),
+            "prompt_ids": [r.prompt_id for r in to_send], "attempts": attempts,
+            "token": secrets.token_hex(16), "input_file_id": None, "batch_id": None,
+            "status": None, "status_history": [], "request_counts": None,
+            "output_file_id": None, "error_file_id": None, "output_file": None,
+            "output_sha256": None, "error_file": None, "error_sha256": None,
+            "batch_errors": None, "created_at_utc": utc_now(), "previous_batches": previous,
+        }
+        self._save()
+
+    def _batch_requests(self) -> list[PlannedRequest]:
+        assert self.state is not None
+        by_id = {r.prompt_id: r for r in self.plan.requests}
+        return [by_id[pid] for pid in self.state["prompt_ids"]]
+
+    # -- step 2: upload ------------------------------------------------------------------------
+    async def _upload(self, api: BatchApi) -> None:
+        assert self.state is not None
+        path = self.run_dir.path / self.state["input_file"]
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        if sha256_hex(data) != self.state["input_sha256"]:
+            data = input_bytes(self._batch_requests())  # the bodies are deterministic
+            if sha256_hex(data) != self.state["input_sha256"]:
+                raise ResumeRefused(f"{path}: the batch input no longer matches "
+                                    f"{STATE_FILE}; the run's requests changed")
+            atomic_write_bytes(path, data)
+        uploaded = await api.upload(path.name, data)
+        self._save(phase=UPLOADED, input_file_id=uploaded["id"])
+
+    # -- step 3: create, exactly once ----------------------------------------------------------
+    async def _create(self, api: BatchApi) -> None:
+        assert self.state is not None
+        if self.state["phase"] == UPLOADED:
+            self._save(phase=CREATING, creating_at_unix=time.time())
+        token, file_id = self.state["token"], self.state["input_file_id"]
+        tries = 0
+        while True:
+            # A create whose answer was lost (a crash, a dropped connection) may have made a
+            # batch: look for the token first, every time.
+            batch = await api.find(token, self.state.get("creating_at_unix"))
+            adopted = batch is not None
+            if batch is None:
+                try:
+                    batch = await api.create(file_id, token)
+                except BatchApiError as exc:
+                    if not exc.transient or tries >= self.config.max_retries:
+                        raise
+                    await asyncio.sleep(self._backoff(tries, None))
+                    tries += 1
+                    continue
+            self._save(phase=CREATED, batch_id=batch["id"], adopted=adopted)
+            self._note(batch)
+            return
+
+    def _mark_in_flight(self) -> None:
+        """Every prompt of the batch says in_flight with the batch ID (idempotent)."""
+        assert self.state is not None
+        batch_id = self.state["batch_id"]
+        for req in self._batch_requests():
+            attempt = int(self.state["attempts"][req.prompt_id])
+            record = self.run_dir.read_record(req.prompt_id) or {}
+            if record.get("state") == IN_FLIGHT and record.get("batch_id") == batch_id:
+                continue
+            self.run_dir.write_record({
+                "prompt_id": req.prompt_id, "state": IN_FLIGHT, "attempt": attempt,
+                "attempts": attempt, "request_sha256": req.sha256,
+                "last_error": record.get("last_error"), "batch_id": batch_id})
+            self._emit(PromptStateChanged(req.prompt_id, "in_flight", attempt))
+
+    # -- step 4: poll --------------------------------------------------------------------------
+    def _note(self, batch: dict[str, Any]) -> None:
+        """Save the batch's status and counts when they changed."""
+        assert self.state is not None
+        status = str(batch.get("status"))
+        counts = _counts(batch)
+        changes: dict[str, Any] = {}
+        if status != self.state.get("status"):
+            changes["status"] = status
+            changes["status_history"] = [*self.state["status_history"],
+                                         {"status": status, "at_utc": utc_now(),
+                                          "request_counts": counts}]
+        if counts != self.state.get("request_counts"):
+            changes["request_counts"] = counts
+        if self.state.get("batch_created_at_utc") is None and _utc(batch.get("created_at")):
+            changes["batch_created_at_utc"] = _utc(batch.get("created_at"))
+        if changes:
+            self._save(**changes)
+        self._emit(BatchPolled(str(batch.get("id")), status, counts["total"],
+                               counts["completed"], counts["failed"]))
+
+    async def _sleep_poll(self) -> bool:
+        """Wait one poll interval; False when the run was stopped meanwhile."""
+        end = time.monotonic() + self.config.batch_poll_seconds
+        while (left := end - time.monotonic()) > 0:
+            if self.control.stopped:
+                return False
+            await asyncio.sleep(min(left, 0.25))
+        await self.control.wait_running()
+        return not self.control.stopped
+
+    async def _poll(self, api: BatchApi) -> bool:
+        assert self.state is not None
+        batch_id = self.state["batch_id"]
+        while True:
+            batch = await api.get(batch_id)
+            self._note(batch)
+            status = str(batch.get("status"))
+            if status in TERMINAL:
+                ended = _utc(batch.get(f"{status}_at"))
+                errors = batch.get("errors")
+                data = errors.get("data") if isinstance(errors, dict) else None
+                messages = [str(e.get("message") or e.get("code")) for e in data or []
+                            if isinstance(e, dict)]
+                self._save(phase=ENDED, ended_at_utc=ended or utc_now(),
+                           output_file_id=batch.get("output_file_id"),
+                           error_file_id=batch.get("error_file_id"),
+                           batch_errors=messages or None)
+                return True
+            if not await self._sleep_poll():
+                return False
+
+    # -- step 5: download ----------------------------------------------------------------------
+    async def _download(self, api: BatchApi) -> None:
+        assert self.state is not None
+        secret = self.credential.secret if self.credential else None
+        seq = int(self.state["seq"])
+        changes: dict[str, Any] = {"phase": DOWNLOADED}
+        for kind, label in (("output", "output"), ("error", "errors")):
+            file_id = self.state.get(f"{kind}_file_id")
+            if not file_id:
+                continue
+            data = _redact(await api.content(str(file_id)), secret)
+            name = f"batch-{label}.jsonl" if seq == 1 else f"batch-{label}.{seq}.jsonl"
+            atomic_write_bytes(self.run_dir.path / name, data)
+            changes.update({f"{kind}_file": name, f"{kind}_sha256": sha256_hex(data)})
+        self._save(**changes)
+
+    # -- step 6: materialise -------------------------------------------------------------------
+    def _read_saved(self, kind: str) -> bytes:
+        assert self.state is not None
+        name = self.state.get(f"{kind}_file")
+        if not name:
+            return b""
+        path = self.run_dir.path / str(name)
+        data = path.read_bytes()
+        if sha256_hex(data) != self.state.get(f"{kind}_sha256"):
+            raise InputError(f"{path}: does not match its SHA-256 in "
+                             f"{STATE_FILE}")
+        return data
+
+    def _materialise(self) -> None:
+        """Record each prompt of the batch as a live run would, skipping settled ones."""
+        assert self.state is not None
+        state = self.state
+        lines: dict[str, dict[str, Any]] = {}
+        for kind in ("output", "error"):  # an output line wins over an error line
+            for obj in _lines(self._read_saved(kind)):
+                lines.setdefault(obj["custom_id"], obj)
+        settled = {(a["prompt_id"], a.get("attempt")) for a in self.run_dir.read_attempts()}
+        settled |= {(r["prompt_id"], r.get("attempt")) for r in self.run_dir.read_responses()}
+        for req in self._batch_requests():
+            attempt = int(state["attempts"][req.prompt_id])
+            if (req.prompt_id, attempt) in settled:
+                continue  # recorded before a crash interrupted materialisation
+            self.tally.attempts += 1
+            self.tally.attempted_prompts.add(req.prompt_id)
+            self._materialise_one(req, attempt, lines.get(req.prompt_id))
+        self._save(phase=MATERIALISED, materialised_at_utc=utc_now())
+
+    def _materialise_one(self, req: PlannedRequest, attempt: int,
+                         line: dict[str, Any] | None) -> None:
+        assert self.state is not None
+        state = self.state
+        secret = self.credential.secret if self.credential else None
+        info: dict[str, Any] = {
+            "started_at_utc": state.get("batch_created_at_utc"),
+            "finished_at_utc": state.get("ended_at_utc") or utc_now(), "latency_ms": None,
+            "raw": None, "batch_id": state["batch_id"],
+            "batch_request_id": line.get("id") if line else None}
+        if line is None:
+            detail = "; ".join(state.get("batch_errors") or [])
+            self._fail(req, attempt, ProviderError(
+                "batch_missing", f"missing from batch output (batch {state['batch_id']} ended "
+                f"{state.get('status')}{': ' + detail if detail else ''})", retryable=False),
+                info)
+            return
+        response = line.get("response")
+        error = line.get("error")
+        if error or not isinstance(response, dict):
+            body = _redact(canonical_json(line), secret)
+            info.update(self._raw(req.prompt_id, attempt, body))
+            err = error if isinstance(error, dict) else {}
+            code = err.get("code") or "error"
+            message = err.get("message") or "the batch line has an error and no response"
+            self._fail(req, attempt, ProviderError(
+                "batch_error", f"batch request error {code}: {message}", retryable=False),
+                info)
+            return
+        status = response.get("status_code")
+        status = status if isinstance(status, int) else 0
+        payload = response.get("body")
+        body = payload.encode() if isinstance(payload, str) else json.dumps(
+            payload, ensure_ascii=False).encode()
+        body = _redact(body, secret)
+        info.update(self._raw(req.prompt_id, attempt, body))
+        headers = {"content-type": "application/json"}
+        if isinstance(response.get("request_id"), str):
+            headers["x-request-id"] = response["request_id"]
+        try:
+            reply: Reply = self.adapter.parse(status, headers, body)
+            model_check = check_model(self.config.model, reply.returned_model)
+            if model_check == "redirected" and self.config.require_exact_model:
+                raise ProviderError(
+                    "model_redirected", f"asked for {self.config.model!r}, the provider answered "
+                    f"with {reply.returned_model!r} (--require-exact-model)", retryable=False,
+                    status=status)
+        except ProviderError as exc:
+            # Inside a batch nothing is retried; --retry-errors sends it again in a new batch.
+            self._fail(req, attempt, exc, info)
+            return
+        self._record_success(req, attempt, reply, status, info, model_check)
+
+    def _raw(self, prompt_id: str, attempt: int, body: bytes) -> dict[str, Any]:
+        is_json = True
+        try:
+            json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            is_json = False
+        name = self.run_dir.raw_name(prompt_id, attempt, is_json)
+        self.run_dir.write_raw(name, body)
+        return {"raw": name, "content_type": "application/json", "bytes": len(body)}
+
+    def _fail(self, req: PlannedRequest, attempt: int, error: ProviderError,
+              info: dict[str, Any]) -> None:
+        assert self.state is not None
+        error._attempt_info = info  # type: ignore[attr-defined]
+        self._log_attempt_error(req, attempt, error, "terminal", 0.0)
+        secret = self.credential.secret if self.credential else None
+        last_error = _redact_text(f"{error.error_class}: {error.message}", secret)
+        self.run_dir.write_record({
+            "prompt_id": req.prompt_id, "state": ERROR, "attempt": attempt,
+            "attempts": attempt, "request_sha256": req.sha256, "last_error": last_error,
+            "batch_id": self.state["batch_id"]})
+        self._emit(PromptStateChanged(req.prompt_id, "error", attempt, last_error))
+
+    # -- summary -------------------------------------------------------------------------------
+    def write_summary(self) -> dict[str, Any]:
+        summary = super().write_summary()
+        state = self.state
+        if state is None:
+            return summary
+        info: dict[str, Any] = {
+            "batch_id": state.get("batch_id"), "status": state.get("status"),
+            "phase": state.get("phase"), "request_counts": state.get("request_counts"),
+            "prompts": len(state["prompt_ids"]), "input_file_id": state.get("input_file_id"),
+            "output_file_id": state.get("output_file_id"),
+            "error_file_id": state.get("error_file_id"), "adopted": state.get("adopted", False),
+            "state_file": STATE_FILE,
+            "previous": [{"batch_id": p.get("batch_id"), "status": p.get("status"),
+                          "request_counts": p.get("request_counts"),
+                          "prompts": len(p.get("prompt_ids") or [])}
+                         for p in state.get("previous_batches", [])],
+        }
+        if state["phase"] != MATERIALISED:
+            # In-flight records of an unfinished batch are pending in it, not uncertain.
+            rec = self.run_dir.reconcile(self.plan.prompt_ids, repair=False)
+            waiting = sum(1 for pid in rec.by_state("uncertain")
+                          if self._belongs(rec, pid, state))
+            summary["uncertain"] -= waiting
+            summary["pending"] += waiting
+            info["pending_in_batch"] = waiting
+        summary["batch"] = info
+        with contextlib.suppress(OSError):
+            self.run_dir.write_summary(summary)
+        return summary
+
+    def _backoff(self, retries_done: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.config.max_retry_after_seconds)
+        base: float = self.config.retry_backoff_seconds * (2 ** retries_done)
+        return float(min(base, self.config.max_backoff_seconds) * (1 - 0.25 * random.random()))
+
+
+def check_batch_config(config: LiveRunConfig) -> None:
+    """Refuse what the Batch path cannot honour, before anything is read or written."""
+    if config.provider != "openai":
+        raise ConfigError(f"--batch-api needs --provider openai (the OpenAI Batch API); "
+                          f"{config.provider!r} has no batch path here (any --base-url that "
+                          "speaks the OpenAI Files and Batches endpoints works with openai)")
+    if config.sleep_seconds > 0:
+        raise ConfigError("--sleep-seconds paces individual requests; with --batch-api every "
+                          "request goes in one upload. Drop one of the two")
+    if config.stop_on_error:
+        raise ConfigError("--stop-on-error cannot stop a batch that is already submitted; "
+                          "with --batch-api drop it (use --max-new to send smaller batches)")
+
+
+async def run_batch_api_async(config: LiveRunConfig, *,
+                              transport: httpx.AsyncBaseTransport | None = None,
+                              progress: ProgressCallback | None = None,
+                              control: RunControl | None = None,
+                              env: dict[str, str] | None = None) -> RunResult:
+    """Run (or resume) a batch run on the current event loop."""
+    return await BatchRun(config, transport=transport, progress=progress, control=control,
+                          env=env).run()
+
+
+def run_batch_api(config: LiveRunConfig, *, transport: httpx.AsyncBaseTransport | None = None,
+                  progress: ProgressCallback | None = None,
+                  env: dict[str, str] | None = None) -> RunResult:
+    """Run (or resume) a batch run to completion; blocking. With `recast`, the second draw
+    goes into `OUTPUT/recast/` as its own batch, and the summary gains `stability`."""
+
+    async def both() -> RunResult:
+        result = await run_batch_api_async(config, transport=transport, progress=progress,
+                                           env=env)
+        if config.recast:
+            from engine.run.recast import recast_config, stability
+
+            sub = recast_config(config)
+            second = await run_batch_api_async(sub, transport=transport, progress=progress,
+                                               env=env)
+            assert config.output_dir is not None and sub.output_dir is not None
+            report = stability(Path(config.output_dir), Path(sub.output_dir))
+            report["temperature"] = config.temperature if not config.omit_temperature else None
+            result.summary["recast"] = second.to_dict()
+            result.summary["stability"] = report
+        return result
+
+    return asyncio.run(both())
+
+
+__all__ = ["BatchApi", "BatchApiError", "BatchPolled", "BatchRun", "check_batch_config",
+           "input_bytes", "run_batch_api", "run_batch_api_async"]

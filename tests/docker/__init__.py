@@ -1,0 +1,1 @@
+"""Tests that run the evaluator in a real Docker container."""

@@ -1,0 +1,1 @@
+"""Tests of the evaluator on the host."""
