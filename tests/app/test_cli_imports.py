@@ -39,7 +39,7 @@ def test_dry_run_loads_no_network_ui_or_container_code() -> None:
 
 
 def test_parser_defaults_copied_from_compare_agree() -> None:
-    from engine.replay.replay import compare as engine_compare
+    from engine.replay import compare as engine_compare
     from pqid_tui.cli import compare as batch_compare
 
     assert batch_compare.DEFAULT_INFRA_THRESHOLD == engine_compare.DEFAULT_INFRA_THRESHOLD

@@ -1389,7 +1389,7 @@ def test_a_process_hog_in_one_replay_does_not_starve_a_concurrent_one(
     snippet holding its whole process budget in one replay leaves another replay alone."""
     import threading
 
-    from engine.replay.replay import docker as docker_runner
+    from engine.replay import docker as docker_runner
 
     users = iter(["400001:400001", "400002:400002"])
     monkeypatch.setattr(docker_runner, "container_user", lambda: next(users))

@@ -299,7 +299,7 @@ def test_batch_reproduce_on_the_core_distribution_says_what_it_needs(
 
 
 def test_parser_formats_copied_from_reproduce_agree() -> None:
-    from engine.replay.replay import reproduce as engine_reproduce
+    from engine.replay import reproduce as engine_reproduce
     from pqid_tui.cli import reproduce as batch_reproduce
 
     assert batch_reproduce.FORMATS == engine_reproduce.FORMATS
