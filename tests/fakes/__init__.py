@@ -1,2 +1,3 @@
 """Fake servers for the tests and benchmarks: a loopback provider with rate-limit shapes,
-a fault-injecting provider and a Batch API server. Never imported by the product."""
+a fault-injecting provider and a Batch API server, over what they share in `base`. Never
+imported by the product."""

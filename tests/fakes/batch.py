@@ -16,11 +16,17 @@ import time
 from dataclasses import dataclass, field
 from email.parser import BytesParser
 from email.policy import default as default_policy
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.faults import messages_key
+from tests.fakes.base import (
+    FakeHandler,
+    LoopbackServer,
+    messages_key,
+    openai_completion,
+    release_answers,
+)
 
 
 @dataclass
@@ -46,10 +52,7 @@ class BatchScript:
 
     @classmethod
     def for_release(cls, release: Any, **kw: Any) -> BatchScript:
-        answers = {messages_key(p.request_messages()):
-                   (p.prompt_id, str(p.target_metadata.get("reference_code", "")))
-                   for p in release.prompts}
-        return cls(answers=answers, **kw)
+        return cls(answers=release_answers(release), **kw)
 
 
 @dataclass
@@ -60,7 +63,7 @@ class SeenRequest:
     at: float
 
 
-class BatchServer:
+class BatchServer(LoopbackServer):
     """Start with `with BatchServer(script) as srv:`; `srv.base_url` is the /v1 URL."""
 
     def __init__(self, script: BatchScript) -> None:
@@ -75,19 +78,7 @@ class BatchServer:
         self.seen: list[SeenRequest] = []
         self._lock = threading.RLock()
         self._n = 0
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> BatchServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__()
 
     @property
     def created(self) -> int:
@@ -144,12 +135,8 @@ class BatchServer:
             return batch
 
     def _completion(self, body: dict[str, Any], code: str, n: int) -> dict[str, Any]:
-        return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0,
-                "model": str(body.get("model")) + self.script.model_suffix,
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant",
-                                         "content": f"```python\n{code}```"}}],
-                "usage": {"prompt_tokens": 11, "completion_tokens": 22, "total_tokens": 33}}
+        return openai_completion(f"chatcmpl-{n}", str(body.get("model")) + self.script.model_suffix,
+                                 f"```python\n{code}```", usage=(11, 22))
 
     def _finish(self, batch: dict[str, Any]) -> None:
         status = self.script.final_status
@@ -210,40 +197,18 @@ class BatchServer:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, payload: Any, raw: bytes | None = None) -> None:
-                data = raw if raw is not None else json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json" if raw is None
-                                 else "application/octet-stream")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                self.wfile.flush()
-
+        class Handler(FakeHandler):
             def _authorised(self) -> bool:
                 with server._lock:
-                    server.seen.append(SeenRequest(self.command, self.path,
-                                                   {k.lower(): v for k, v in
-                                                    self.headers.items()}, time.time()))
-                auth = self.headers.get("Authorization", "")
-                if server.script.key is not None and auth != f"Bearer {server.script.key}":
-                    self._send(401, {"error": {
-                        "message": f"Incorrect API key provided: {auth[7:]}",
-                        "type": "invalid_request_error", "code": "invalid_api_key"}})
+                    server.seen.append(SeenRequest(self.command, self.path, self.header_dict(),
+                                                   time.time()))
+                if not self.bearer_is(server.script.key):
+                    self.refuse_key()
                     return False
                 return True
 
-            def _body(self) -> bytes:
-                return self.rfile.read(int(self.headers.get("Content-Length", "0")))
-
             def do_POST(self) -> None:
-                body = self._body()
+                body = self.read_body()
                 if not self._authorised():
                     return
                 path = urlsplit(self.path).path
@@ -259,12 +224,12 @@ class BatchServer:
                         fields[str(name)] = (part.get_filename(),
                                              payload if isinstance(payload, bytes) else b"")
                     if "file" not in fields or fields.get("purpose", (None, b""))[1] != b"batch":
-                        self._send(400, {"error": {"message": "need file and purpose=batch"}})
+                        self.send_json(400, {"error": {"message": "need file and purpose=batch"}})
                         return
                     with server._lock:
                         server.uploads += 1
                     filename, data = fields["file"]
-                    self._send(200, server.add_file(data, "batch", filename or "upload"))
+                    self.send_json(200, server.add_file(data, "batch", filename or "upload"))
                 elif path == "/v1/batches":
                     payload = json.loads(body)
                     with server._lock:
@@ -272,25 +237,25 @@ class BatchServer:
                         fault = (server.script.create_faults.pop(0)
                                  if server.script.create_faults else None)
                     if fault == "400":
-                        self._send(400, {"error": {"message": "injected refusal",
-                                                   "type": "invalid_request_error"}})
+                        self.send_json(400, {"error": {"message": "injected refusal",
+                                                       "type": "invalid_request_error"}})
                         return
                     if fault == "500":
-                        self._send(500, {"error": {"message": "injected server error"}})
+                        self.send_json(500, {"error": {"message": "injected server error"}})
                         return
                     if (payload.get("input_file_id") not in server.files
                             or payload.get("endpoint") != "/v1/chat/completions"
                             or payload.get("completion_window") != "24h"):
-                        self._send(400, {"error": {"message": "bad batch request"}})
+                        self.send_json(400, {"error": {"message": "bad batch request"}})
                         return
                     batch = server.create_batch(payload["input_file_id"],
                                                 payload.get("metadata") or {})
                     if fault == "500-created":
-                        self._send(500, {"error": {"message": "injected: answer lost"}})
+                        self.send_json(500, {"error": {"message": "injected: answer lost"}})
                         return
-                    self._send(200, batch)
+                    self.send_json(200, batch)
                 else:
-                    self._send(404, {"error": {"message": f"no route {path}"}})
+                    self.send_json(404, {"error": {"message": f"no route {path}"}})
 
             def do_GET(self) -> None:
                 if not self._authorised():
@@ -306,28 +271,29 @@ class BatchServer:
                         ids = [b["id"] for b in items]
                         items = items[ids.index(after) + 1:] if after in ids else []
                     page = items[:limit]
-                    self._send(200, {"object": "list", "data": page,
-                                     "first_id": page[0]["id"] if page else None,
-                                     "last_id": page[-1]["id"] if page else None,
-                                     "has_more": len(items) > limit})
+                    self.send_json(200, {"object": "list", "data": page,
+                                         "first_id": page[0]["id"] if page else None,
+                                         "last_id": page[-1]["id"] if page else None,
+                                         "has_more": len(items) > limit})
                 elif path.startswith("/v1/batches/"):
                     batch_id = path.rsplit("/", 1)[1]
                     with server._lock:
                         fault = (server.script.poll_faults.pop(0)
                                  if server.script.poll_faults else None)
                     if fault is not None:
-                        self._send(fault, {"error": {"message": f"injected {fault}"}})
+                        self.send_json(fault, {"error": {"message": f"injected {fault}"}})
                     elif batch_id not in server.batches:
-                        self._send(404, {"error": {"message": f"no batch {batch_id}"}})
+                        self.send_json(404, {"error": {"message": f"no batch {batch_id}"}})
                     else:
-                        self._send(200, server._poll(batch_id))
+                        self.send_json(200, server._poll(batch_id))
                 elif path.startswith("/v1/files/") and path.endswith("/content"):
                     file_id = path.split("/")[3]
                     if file_id not in server.files:
-                        self._send(404, {"error": {"message": f"no file {file_id}"}})
+                        self.send_json(404, {"error": {"message": f"no file {file_id}"}})
                     else:
-                        self._send(200, None, raw=server.files[file_id]["data"])
+                        self.send_bytes(200, server.files[file_id]["data"],
+                                        "application/octet-stream")
                 else:
-                    self._send(404, {"error": {"message": f"no route {path}"}})
+                    self.send_json(404, {"error": {"message": f"no route {path}"}})
 
         return Handler

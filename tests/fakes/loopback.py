@@ -57,27 +57,21 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from tests.fakes.base import anthropic_message, openai_completion
+
 SNIPPET = ("```python\nfrom qiskit import QuantumCircuit\n\n\ndef build_circuit():\n"
            "    qc = QuantumCircuit(3, 3)\n    qc.h(0)\n    qc.cx(0, 1)\n    qc.cx(1, 2)\n"
            "    qc.measure(range(3), range(3))\n    return qc\n```")
 
 
 def _openai_body(n: int) -> bytes:
-    return json.dumps({
-        "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
-        "model": "loopback-1",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": SNIPPET}}],
-        "usage": {"prompt_tokens": 120, "completion_tokens": 60, "total_tokens": 180},
-    }).encode()
+    return json.dumps(openai_completion(f"chatcmpl-{n}", "loopback-1", SNIPPET,
+                                        usage=(120, 60), created=int(time.time()))).encode()
 
 
 def _anthropic_body(n: int) -> bytes:
-    return json.dumps({
-        "id": f"msg_{n}", "type": "message", "role": "assistant", "model": "loopback-1",
-        "content": [{"type": "text", "text": SNIPPET}], "stop_reason": "end_turn",
-        "stop_sequence": None, "usage": {"input_tokens": 120, "output_tokens": 60},
-    }).encode()
+    return json.dumps(anthropic_message(f"msg_{n}", "loopback-1", SNIPPET,
+                                        usage=(120, 60))).encode()
 
 
 _THROTTLED = {
@@ -339,6 +333,13 @@ class Server:
 
 
 class Connection(asyncio.Protocol):
+    """One client connection, answered on the event loop.
+
+    Not the threaded server the other fakes share: every connection held for `--latency`
+    would cost a thread in the process that is meant to leave the engine a core, and
+    http.server would add the Date and Server headers these answers never had.
+    """
+
     def __init__(self, server: Server) -> None:
         self.server = server
         self.buffer = b""
