@@ -42,6 +42,7 @@ from typing import Any
 
 from evaluator import discover, processes, wire
 from evaluator.contracts import CONTRACT_PQID_BENCH, pqid_bench
+from evaluator.worker_env import SNIPPET_ENV, THREAD_ENV
 
 __all__ = ["WORK_PREFIX", "Limits", "main"]
 
@@ -74,18 +75,13 @@ _PRELOAD = (
 # Loaded when installed, because many answers import them and a child would pay for it each time.
 _OPTIONAL_PRELOAD = ("qiskit_aer",)
 
-_CHILD_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-    "OPENBLAS_NUM_THREADS": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "RAYON_NUM_THREADS": "1",
-    "MALLOC_ARENA_MAX": "2",
-    "QISKIT_IN_PARALLEL": "TRUE",
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
+
+def _new_working_root() -> str:
+    """A new private directory for the snippets' work directories.
+
+    By its real path, which is how the supervisor recognises it when it must delete it.
+    """
+    return os.path.realpath(tempfile.mkdtemp(prefix=WORK_PREFIX))
 
 
 class CircuitSerializationError(Exception):
@@ -291,7 +287,7 @@ def _child(
         sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
         sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
         os.environ.clear()
-        os.environ.update(_CHILD_ENV)
+        os.environ.update(SNIPPET_ENV)
         os.environ["HOME"] = workdir
         os.environ["TMPDIR"] = workdir
         tempfile.tempdir = None
@@ -536,7 +532,7 @@ class Executor:
                 return self.temp_root
         except OSError:
             pass
-        self.temp_root = os.path.realpath(tempfile.mkdtemp(prefix=WORK_PREFIX))
+        self.temp_root = _new_working_root()
         return self.temp_root
 
     def run(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
@@ -692,17 +688,9 @@ def _take_protocol_fds() -> tuple[int, int]:
 
 def main() -> int:
     """Serve snippet requests until the supervisor closes the pipe."""
-    # Thread pools are sized when their libraries load, so this must precede the first Qiskit
-    # import. One thread each keeps a forked child within a small RLIMIT_NPROC.
-    for name in (
-        "OPENBLAS_NUM_THREADS",
-        "OMP_NUM_THREADS",
-        "MKL_NUM_THREADS",
-        "RAYON_NUM_THREADS",
-        "MALLOC_ARENA_MAX",
-        "QISKIT_IN_PARALLEL",
-    ):
-        os.environ.setdefault(name, _CHILD_ENV[name])
+    # Before the first Qiskit import (see THREAD_ENV); the supervisor has set them already.
+    for name, value in THREAD_ENV.items():
+        os.environ.setdefault(name, value)
     processes.make_undumpable()
     # Done once here rather than in every child.
     processes.prepare_confinement()
@@ -721,7 +709,7 @@ def main() -> int:
     # Objects that exist now are never collected: forked children then leave their pages
     # shared instead of copying them when the collector walks the heap.
     gc.freeze()
-    temp_root = os.path.realpath(tempfile.mkdtemp(prefix=WORK_PREFIX))
+    temp_root = _new_working_root()
     executor = Executor(temp_root)
     reader = wire.FrameReader(proto_in)
     wire.send_frames(

@@ -69,6 +69,7 @@ from evaluator.contracts import (
 from evaluator.executor import WORK_PREFIX
 from evaluator.extract import Extraction, extract_code
 from evaluator.schema import categorize, make_evaluation, short_error
+from evaluator.worker_env import DEFAULT_PATH, WORKER_ENV
 
 __all__ = ["Config", "Item", "ProtocolError", "Supervisor", "environment", "read_job", "serve"]
 
@@ -79,20 +80,6 @@ _EXECUTOR_MARGIN = 15.0
 _QPY_LIMIT = 64 << 20
 _EXCERPT = 400
 
-_WORKER_ENV = {
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-    "OPENBLAS_NUM_THREADS": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "RAYON_NUM_THREADS": "1",
-    "MALLOC_ARENA_MAX": "2",
-    "QISKIT_IN_PARALLEL": "TRUE",
-    "QISKIT_SUPPRESS_PACKAGING_WARNINGS": "Y",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    # Never read ~/.qiskit/settings.conf: nothing a snippet wrote may configure a worker.
-    "QISKIT_IGNORE_USER_SETTINGS": "TRUE",
-}
 # How a run ends that a second run might not end the same way: never repeated by reuse.
 _NOT_REPEATABLE = frozenset(
     {"Timeout", "Killed", "EvaluatorError", "SnippetExit", "MemoryError", "RecursionError"}
@@ -530,8 +517,8 @@ class Supervisor:
         # sys.path, and a snippet (same uid) could plant an `evaluator` package there that a
         # restarted grader would then import. The root directory is never writable by us.
         cwd = "/"
-        env = dict(_WORKER_ENV)
-        env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env = dict(WORKER_ENV)
+        env["PATH"] = os.environ.get("PATH", DEFAULT_PATH)
         # The workers must import what this process imports, and nothing from the launch
         # directory; PYTHONPATH names no secret.
         inherited = os.environ.get("PYTHONPATH", "")

@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from engine.errors import ReleaseError
 from engine.release.model import Verification
+from engine.rundir.storage import read_file_bytes
 
 MANIFEST_NAME = "ARTIFACT_MANIFEST.tsv"
 HEADER = ["path", "bytes", "sha256"]
@@ -60,12 +61,7 @@ def read_artifact_manifest(path: Path) -> ArtifactManifest:
     """Parse ARTIFACT_MANIFEST.tsv; ReleaseError naming the line of anything malformed."""
     import hashlib
 
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ReleaseError(f"{path}: file is missing") from None
-    except OSError as exc:
-        raise ReleaseError(f"{path}: cannot read ({exc.strerror})") from None
+    raw = read_file_bytes(path, ReleaseError)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import time
 from pathlib import Path
@@ -19,7 +18,13 @@ from engine.release.model import (
     Release,
     Verification,
 )
-from engine.rundir.storage import read_json_file, read_jsonl_objects, sha256_file
+from engine.rundir.storage import (
+    parse_json_bytes,
+    read_file_bytes,
+    read_json_file,
+    read_jsonl_objects,
+    sha256_file,
+)
 
 RELEASE_FORMAT = FORMAT_PQID_RELEASE
 PROMPT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -79,11 +84,9 @@ def load_pqid_release(root: Path | str, *, allow_modified: bool = False) -> Rele
     if not root.is_dir():
         raise ReleaseError(f"{root}: release directory does not exist")
     manifest_path = root / "release.json"
-    manifest_bytes = _read_bytes(manifest_path)
-    try:
-        manifest = json.loads(manifest_bytes)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReleaseError(f"{manifest_path}: not valid JSON ({exc})") from None
+    manifest_bytes = read_file_bytes(
+        manifest_path, ReleaseError, missing="file is missing; is this a pqid-release/1 directory?")
+    manifest = parse_json_bytes(manifest_bytes, manifest_path, ReleaseError)
     if not isinstance(manifest, dict):
         raise ReleaseError(f"{manifest_path}: expected a JSON object")
     if manifest.get("format") != RELEASE_FORMAT:
@@ -189,16 +192,6 @@ def _contract(manifest_path: Path, evaluator: dict[str, Any]) -> str:
                            f"contract this version knows ({CONTRACT_PROJECT}, "
                            f"{CONTRACT_PQID_BENCH})")
     return str(contract)
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ReleaseError(f"{path}: file is missing; is this a pqid-release/1 directory?"
-                           ) from None
-    except OSError as exc:
-        raise ReleaseError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def _load_matrix(root: Path, files: dict[str, Any]) -> tuple[FrozenRow, ...]:

@@ -41,6 +41,7 @@ from engine.replay.evaluations import (
     METRICS,
     Gap,
     Metric,
+    fact_lines,
     fmt_pp,
     fmt_rate,
     gaps_for,
@@ -630,11 +631,8 @@ def _pqid_sections(data: Mapping[str, Any]) -> list[tuple[str, list[str], list[l
 
 
 def _render_text(data: Mapping[str, Any]) -> str:
-    facts = _facts(data)
-    width = max(len(k) for k, _ in facts)
-    lines = ["pqid-tui comparison with the frozen matrix", ""]
-    lines += [f"{k.ljust(width)}  {v}" for k, v in facts]
-    lines += [f"{'note'.ljust(width)}  {n}" for n in data["notes"]]
+    lines = ["pqid-tui comparison with the frozen matrix", "",
+             *fact_lines(_facts(data), data["notes"])]
     if _is_pqid(data):
         for title, head, rows in _pqid_sections(data):
             lines += ["", title, *table(head, rows)]

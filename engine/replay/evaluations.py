@@ -29,6 +29,7 @@ from typing import Any
 
 from engine.errors import InputError
 from engine.release.model import CONTRACT_PQID_BENCH
+from engine.rundir.storage import iter_jsonl_objects
 
 MODEL_CATEGORIES: tuple[str, ...] = (
     "no_code", "syntax_error", "timeout", "execution_error", "no_circuit",
@@ -104,27 +105,12 @@ def infrastructure_evaluation(prompt_id: str, category: str, error: str,
 def load_evaluations(path: Path, *, known_ids: Iterable[str] | None = None
                      ) -> list[dict[str, Any]]:
     """Read a canonical evaluations file; any unusable line refuses the whole file."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: file does not exist") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    lines = iter_jsonl_objects(path, InputError, missing="file does not exist", brief=True)
     known = set(known_ids) if known_ids is not None else None
     seen: dict[str, int] = {}
     out: list[dict[str, Any]] = []
-    for number, line in enumerate(raw.split(b"\n"), start=1):
-        if not line.strip():
-            continue
+    for number, obj in lines:
         where = f"{path}:{number}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: not a JSON line ({exc.msg})") from None
-        except UnicodeDecodeError:
-            raise InputError(f"{where}: not a JSON line (not UTF-8)") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{where}: expected a JSON object")
         pid = obj.get("prompt_id")
         if not isinstance(pid, str) or not pid:
             raise InputError(f"{where}: no prompt_id")
@@ -315,6 +301,13 @@ def fmt_rate(r: Mapping[str, Any]) -> str:
     return f"{r['count']}/{r['denominator']} {shown}"
 
 
+def fact_lines(facts: Sequence[tuple[str, str]], notes: Iterable[str] = ()) -> list[str]:
+    """Name-value lines with the values aligned, then a `note` line for each note."""
+    width = max(len(k) for k, _ in facts)
+    return ([f"{k.ljust(width)}  {v}" for k, v in facts]
+            + [f"{'note'.ljust(width)}  {n}" for n in notes])
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *,
           right: Sequence[int] = ()) -> list[str]:
     """A plain text table with aligned columns."""
@@ -402,10 +395,7 @@ def _header_facts(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def render_summary_text(summary: Mapping[str, Any]) -> str:
-    facts = _header_facts(summary)
-    width = max(len(k) for k, _ in facts)
-    lines = ["pqid-tui candidate summary", ""]
-    lines += [f"{k.ljust(width)}  {v}" for k, v in facts]
+    lines = ["pqid-tui candidate summary", "", *fact_lines(_header_facts(summary))]
     lines += ["", *table(["metric", "over selected", "over answered"], _metric_rows(summary))]
     lines += ["", "failure taxonomy (in order of precedence)",
               *table(["category", "count", "share", ""], _category_rows(summary), right=(1, 2))]

@@ -51,7 +51,7 @@ from engine.replay.evaluations import (
     summarize,
 )
 from engine.rundir.layout import EVALUATIONS_FILE, MANIFEST
-from engine.rundir.storage import atomic_write_bytes, jsonl_bytes
+from engine.rundir.storage import atomic_write_bytes, iter_jsonl_objects, jsonl_bytes
 
 SUMMARY_STEM = "pqid_bench_candidate_summary"
 SUMMARY_FILES = {fmt: f"{SUMMARY_STEM}.{ext}" for fmt, ext in
@@ -124,29 +124,15 @@ def read_responses(path: Path, release: Release, *,
     study = release.contract == CONTRACT_PQID_BENCH
     if last_wins is None:
         last_wins = study
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: responses file does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a responses file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    refusal = "; nothing was evaluated"
+    lines = iter_jsonl_objects(path, InputError, missing="responses file does not exist",
+                               directory="is a directory, not a responses file", brief=True,
+                               suffix=refusal)
     known = release.by_id
     seen: dict[str, int] = {}
     out: list[ResponseLine] = []
-    for number, line in enumerate(raw.split(b"\n"), start=1):
-        if not line.strip():
-            continue
+    for number, obj in lines:
         where = f"{path}:{number}"
-        refusal = "; nothing was evaluated"
-        try:
-            obj = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
-            raise InputError(f"{where}: not a JSON line ({reason}){refusal}") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{where}: expected a JSON object{refusal}")
         pid = obj.get("prompt_id")
         if not isinstance(pid, str) or not pid:
             raise InputError(f"{where}: no prompt_id{refusal}")

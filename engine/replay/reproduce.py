@@ -20,6 +20,7 @@ from engine.errors import ReleaseError
 from engine.release import FORMAT_PQID_BENCH_CORE, Release
 from engine.replay.compare import competition_ranks, table_entry
 from engine.replay.evaluations import (
+    fact_lines,
     fmt_pp,
     gap_pp,
     gaps_for,
@@ -447,16 +448,12 @@ def _sections(data: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str]] 
 
 
 def _render_text(data: Mapping[str, Any]) -> str:
-    facts = _facts(data)
-    width = max(len(k) for k, _ in facts)
-    lines = ["pqid-tui reproduction of the frozen matrix (nothing executed)", ""]
-    lines += [f"{k.ljust(width)}  {v}" for k, v in facts]
-    lines += [f"{'note'.ljust(width)}  {n}" for n in data["notes"]]
+    lines = ["pqid-tui reproduction of the frozen matrix (nothing executed)", "",
+             *fact_lines(_facts(data), data["notes"])]
     for title, totals, head, rows in _sections(data):
         lines += ["", title]
         if totals:
-            w = max(len(k) for k, _ in totals)
-            lines += [f"{k.ljust(w)}  {v}" for k, v in totals] + [""]
+            lines += [*fact_lines(totals), ""]
         lines += table(head, rows)
     return "\n".join(lines) + "\n"
 

@@ -31,7 +31,7 @@ from engine.errors import InputError, ReleaseError, UsageError
 from engine.release import CONTRACT_PQID_BENCH, FrozenRow, Release, load_release
 from engine.replay.docker import EvaluationItem, EvaluatorConfig, EvaluatorRunner, RunOutcome
 from engine.replay.environment import release_environment
-from engine.replay.evaluations import infrastructure_evaluation, md_table, table
+from engine.replay.evaluations import fact_lines, infrastructure_evaluation, md_table, table
 from engine.replay.replay import (
     ResponseLine,
     environment_record,
@@ -525,9 +525,7 @@ def render(report: Mapping[str, Any], fmt: str) -> str:
     right = tuple(range(1, len(ENDPOINTS) + 1))
     n_dis = len(report["disagreements"])
     if fmt == "text":
-        facts = _header(report)
-        width = max(len(k) for k, _ in facts)
-        lines = ["pqid-tui rescore", "", *(f"{k.ljust(width)}  {v}" for k, v in facts), "",
+        lines = ["pqid-tui rescore", "", *fact_lines(_header(report)), "",
                  "agreement with the frozen cells", *table(headers, _agreement_rows(report),
                                                            right=right)]
         if report.get("totals"):

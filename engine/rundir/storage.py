@@ -32,12 +32,20 @@ def _fsync_dir(path: Path) -> None:
 
 
 _TMP_SEQUENCE = itertools.count()
+# What every temporary file the engine writes is called, so that one pattern finds the ones a
+# crash left behind.
+TEMPORARY_GLOB = ".*.tmp"
+
+
+def temporary_path(path: Path) -> Path:
+    """A name beside `path` for a temporary file, unused by any other thread or process."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{next(_TMP_SEQUENCE)}.tmp")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Replace `path` with `data`: a reader sees the old file or the new one, never a mix.
     Safe to call from several threads at once (each temporary file has a name of its own)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_TMP_SEQUENCE)}.tmp")
+    tmp = temporary_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         view = memoryview(data)
@@ -128,44 +136,65 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_jsonl_objects(path: Path, error: type[Exception], *,
-                       missing: str = "file is missing", what: str = ""
-                       ) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every line of a file that must be whole: a missing file, a
-    line that is not JSON or not an object is `error`, naming the file and the line.
-    `missing` is what a missing file is called; `what` names the file in a read error."""
+def read_file_bytes(path: Path, error: type[Exception], *, missing: str = "file is missing",
+                    what: str = "", directory: str | None = None) -> bytes:
+    """The bytes of a file that must exist, or `error` naming it: `missing` when it does not
+    exist, `directory` (when given) when it is a directory, else why it cannot be read (`what`
+    names the file in that message)."""
     try:
-        raw = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise error(f"{path}: {missing}") from None
     except OSError as exc:
+        if directory is not None and isinstance(exc, IsADirectoryError):
+            raise error(f"{path}: {directory}") from None
         raise error(f"{path}: cannot read{' ' + what if what else ''} ({exc.strerror})") from None
-    rows: list[tuple[int, dict[str, Any]]] = []
+
+
+def iter_jsonl_objects(path: Path, error: type[Exception], *, missing: str = "file is missing",
+                       what: str = "", directory: str | None = None, brief: bool = False,
+                       suffix: str = "") -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every line of a file that must be whole, line by line: a
+    missing file, a line that is not JSON or not an object is `error`, naming the file and the
+    line. `missing`, `what` and `directory` are as in `read_file_bytes`; `brief` gives only the
+    parser's reason for a line that is not JSON, and `suffix` ends each line's message."""
+    raw = read_file_bytes(path, error, missing=missing, what=what, directory=directory)
     for number, line in enumerate(raw.split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise error(f"{path}:{number}: not a JSON line ({exc})") from None
+            reason: object = exc
+            if brief:
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+            raise error(f"{path}:{number}: not a JSON line ({reason}){suffix}") from None
         if not isinstance(obj, dict):
-            raise error(f"{path}:{number}: expected a JSON object")
-        rows.append((number, obj))
-    return rows
+            raise error(f"{path}:{number}: expected a JSON object{suffix}")
+        yield number, obj
+
+
+def read_jsonl_objects(path: Path, error: type[Exception], *,
+                       missing: str = "file is missing", what: str = ""
+                       ) -> list[tuple[int, dict[str, Any]]]:
+    """`iter_jsonl_objects` read to the end first: every line is checked before any is used."""
+    return list(iter_jsonl_objects(path, error, missing=missing, what=what))
+
+
+def parse_json_bytes(raw: bytes, path: Path, error: type[Exception], *, what: str = "") -> Any:
+    """The JSON value of a file's bytes, or `error` naming the file (and `what` it is)."""
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{path}: {what + ' is ' if what else ''}not valid JSON ({exc})") from None
 
 
 def read_json_file(path: Path, error: type[Exception], *, what: str = "",
                    missing: str = "file is missing") -> Any:
     """A whole JSON file, or `error` naming the file: `missing` when it does not exist, else
     why it cannot be read or parsed (`what` names the file in those messages)."""
-    try:
-        return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise error(f"{path}: {missing}") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot read{' ' + what if what else ''} ({exc.strerror})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise error(f"{path}: {what + ' is ' if what else ''}not valid JSON ({exc})") from None
+    raw = read_file_bytes(path, error, missing=missing, what=what)
+    return parse_json_bytes(raw, path, error, what=what)
 
 
 def jsonl_bytes(objects: Iterable[Any]) -> bytes:

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from engine.release import Release
+
+T = TypeVar("T")
 
 
 def default_release_dir() -> str:
@@ -33,3 +41,50 @@ def add_evaluator_arguments(p: Any, *, base_image_help: str, wheelhouse_help: st
     p.add_argument("--acknowledge-code-execution", action="store_true", dest="acknowledge",
                    help="required: the responses are untrusted code and will be executed "
                         "(inside the container)")
+
+
+def run_evaluator(call: Callable[[], T]) -> T | int:
+    """What `call` (a command's evaluator run) returns, or the exit status of a run that was
+    interrupted (130) or whose evaluator failed (1), said in one line on stderr."""
+    from engine.errors import EvaluatorFailed, Interrupted
+
+    try:
+        return call()
+    except Interrupted as exc:
+        # The container is already gone (or named, with the command that removes it).
+        print(f"pqid-tui: {exc.message()}", file=sys.stderr)
+        return 130
+    except EvaluatorFailed as exc:
+        # Not the user's mistake (exit 1, not 2), but still one message, not a traceback.
+        print(f"pqid-tui: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def add_table_arguments(p: Any, formats: Sequence[str], *, what: str) -> None:
+    """The flags of the commands that print a release's tables (compare, reproduce): where a
+    .zip release goes, the format, and the file that takes the `what` instead of stdout."""
+    p.add_argument("--cache-dir", type=Path, metavar="DIR",
+                   help="where a .zip release is extracted (default: the user cache dir)")
+    p.add_argument("--format", choices=formats, default="text")
+    p.add_argument("--output", type=Path, metavar="FILE",
+                   help=f"write the {what} here instead of standard output")
+
+
+def load_table_release(args: argparse.Namespace) -> Release:
+    """The release of a table command: --release-dir (default: the demo), --cache-dir, and
+    --allow-modified-release."""
+    from engine.release import load_release
+
+    return load_release(Path(args.release_dir or default_release_dir()),
+                        allow_modified=args.allow_modified_release, cache_dir=args.cache_dir)
+
+
+def write_output(path: Path, text: str) -> None:
+    """Write a command's --output file whole, or InputError saying why it cannot."""
+    from engine.errors import InputError
+    from engine.rundir.storage import atomic_write_bytes
+
+    try:
+        atomic_write_bytes(path, text.encode())
+    except OSError as exc:
+        raise InputError(f"--output {path}: cannot write ({exc.strerror})") from None

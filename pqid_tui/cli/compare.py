@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.errors import InputError
-from pqid_tui.cli import default_release_dir
+from pqid_tui.cli import add_table_arguments, load_table_release, write_output
 
 # Copies of engine.replay.compare's constants, so that building the parsers (--help) does not load
 # the comparison code; tests/app/test_cli_imports.py checks that they agree.
@@ -50,35 +49,23 @@ def register(sub: Any) -> None:
                    metavar="FRACTION",
                    help="most infrastructure failures a publishable comparison may have "
                         f"(default {DEFAULT_INFRA_THRESHOLD})")
-    p.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help="where a .zip release is extracted (default: the user cache dir)")
-    p.add_argument("--format", choices=FORMATS, default="text")
-    p.add_argument("--output", type=Path, metavar="FILE",
-                   help="write the table here instead of standard output")
+    add_table_arguments(p, FORMATS, what="table")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.release import load_release
     from engine.replay.compare import compare
-    from engine.rundir.storage import atomic_write_bytes
 
-    release = load_release(Path(args.release_dir or default_release_dir()),
-                           allow_modified=args.allow_modified_release,
-                           cache_dir=args.cache_dir)
     comparison = compare(
-        release, args.evaluations, candidate_manifest=args.candidate_run_manifest,
-        allow_partial=args.allow_partial,
+        load_table_release(args), args.evaluations,
+        candidate_manifest=args.candidate_run_manifest, allow_partial=args.allow_partial,
         allow_environment_mismatch=args.allow_environment_mismatch,
         infra_threshold=args.infra_threshold, split=args.split)
     text = comparison.render(args.format)
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    try:
-        atomic_write_bytes(args.output, text.encode())
-    except OSError as exc:
-        raise InputError(f"--output {args.output}: cannot write ({exc.strerror})") from None
+    write_output(args.output, text)
     print(f"wrote {args.output} (publishable: {'yes' if comparison.publishable else 'no'})",
           file=sys.stderr)
     return 0

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.rundir.layout import EVALUATION_DIR, EVALUATIONS_FILE, MANIFEST, RESPONSES
+from pqid_tui.cli.compare import FORMATS as COMPARE_FORMATS
 from pqid_tui.cli.progress import replay_progress
 from pqid_tui.cli.run_model import make_progress
 
@@ -38,7 +39,7 @@ def register(sub: Any) -> None:
     p.add_argument("--wheelhouse", type=Path, default=None,
                    help=f"offline wheels for the image (default: {LOCAL_WHEELHOUSE} when it "
                         "holds wheels)")
-    p.add_argument("--format", choices=["text", "markdown", "json", "csv"], default="text",
+    p.add_argument("--format", choices=COMPARE_FORMATS, default="text",
                    help="comparison format on stdout (default text)")
     p.add_argument("--split", default="test",
                    help="compare on this split (default test, the publishable denominator; "

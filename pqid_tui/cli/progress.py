@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pqid_tui.textsafe import escape_controls
 
 if TYPE_CHECKING:
-    from engine.events import Event
+    from engine.events import BatchPolled, Event, ReplayFinished, RunStarted
 
 # The states shown on the line, in this order (prompts this invocation sends).
 SHOWN = ("in_flight", "retrying", "saving", "success", "error", "uncertain")
@@ -36,6 +36,32 @@ def image_line(event: object) -> str | None:
     return None
 
 
+def run_started_line(event: RunStarted) -> str:
+    """The first line of a model run: what it selected and sends, and where."""
+    return (f"run {event.provider}/{escape_controls(event.model)}: "
+            f"{event.selected} selected, {event.to_send} to send, "
+            f"{event.skipped} skipped -> {event.run_dir}")
+
+
+def batch_polled_line(event: BatchPolled) -> str:
+    """A line per poll of a provider batch."""
+    return (f"batch {escape_controls(event.batch_id)}: {escape_controls(event.status)}"
+            f", {event.completed}/{event.total} done, {event.failed} failed")
+
+
+def run_finished_line(summary: dict[str, Any], seconds: float) -> str:
+    """The last line of a model run: its counts from run-summary.json."""
+    return (f"done in {seconds:.1f}s: {summary.get('success')} success, "
+            f"{summary.get('error')} error, {summary.get('pending')} pending, "
+            f"{summary.get('uncertain')} uncertain")
+
+
+def replay_finished_line(event: ReplayFinished, seconds: float) -> str:
+    """The last line of a replay: the count per category and where the results went."""
+    counts = ", ".join(f"{v} {k}" for k, v in event.counts.items() if v)
+    return f"done in {seconds:.1f}s: {counts} -> {event.output_dir}"
+
+
 def wants_live_line(stream: Any) -> bool:
     """True when `stream` is a terminal (a pipe, a file or a test's buffer is not)."""
     isatty = getattr(stream, "isatty", None)
@@ -45,27 +71,63 @@ def wants_live_line(stream: Any) -> bool:
         return False
 
 
-class LiveProgress:
-    """Redraws one stderr line as prompts change state; prints the start and end lines."""
+class RedrawnLine:
+    """One stderr line redrawn in place, at most every REDRAW_SECONDS unless forced, with
+    permanent lines printed above it; `render` gives its text."""
 
     def __init__(self, stream: Any = None, clock: Any = time.monotonic) -> None:
         self.stream = stream or sys.stderr
         self.clock = clock
         self.t0 = clock()
+        self._drawn_at = 0.0
+        self._drawn = False
+
+    def render(self) -> str:
+        raise NotImplementedError
+
+    def draw(self, force: bool = False) -> None:
+        now = self.clock()
+        if not force and self._drawn and now - self._drawn_at < REDRAW_SECONDS:
+            return
+        self._drawn_at = now
+        self._drawn = True
+        # Carriage return and erase-line: the line is redrawn in place.
+        self.stream.write("\r\x1b[K" + self.render())
+        self.stream.flush()
+
+    def line(self, text: str) -> None:
+        """A permanent line; the progress line is drawn again under it on the next draw."""
+        if self._drawn:
+            self.stream.write("\r\x1b[K")  # the bar's line becomes this line
+            self._drawn = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def _bar(done: int, total: int) -> str:
+    filled = BAR_WIDTH * done // total if total else BAR_WIDTH
+    return "#" * filled + "-" * (BAR_WIDTH - filled)
+
+
+def _eta(done: int, total: int, rate: float) -> str:
+    return "ETA --" if rate <= 0 or done >= total else f"ETA {duration((total - done) / rate)}"
+
+
+class LiveProgress(RedrawnLine):
+    """Redraws one stderr line as prompts change state; prints the start and end lines."""
+
+    def __init__(self, stream: Any = None, clock: Any = time.monotonic) -> None:
+        super().__init__(stream, clock)
         self.total = 0
         self.states: dict[str, str] = {}  # prompt -> state, prompts this invocation sent
         self.finished = 0  # prompts whose request has ended (answered or failed for good)
-        self._drawn_at = 0.0
-        self._drawn = False
 
     def __call__(self, event: Event) -> None:
         from engine.events import BatchPolled, PromptStateChanged, RunFinished, RunStarted
 
         if isinstance(event, RunStarted):
             self.total = event.to_send
-            self._line(f"run {event.provider}/{escape_controls(event.model)}: "
-                       f"{event.selected} selected, {event.to_send} to send, "
-                       f"{event.skipped} skipped -> {event.run_dir}")
+            self.line(run_started_line(event))
         elif isinstance(event, PromptStateChanged):
             pid = event.prompt_id
             if event.state == "in_flight" or pid in self.states:
@@ -76,23 +138,17 @@ class LiveProgress:
                     self.finished += 1
                 elif event.state not in ended and before in ended:
                     self.finished -= 1  # sent again (a retry after saving failed)
-                self._draw(force=event.state in ("success", "error"))
+                self.draw(force=event.state in ("success", "error"))
         elif isinstance(event, BatchPolled):
-            self._line(f"batch {escape_controls(event.batch_id)}: {escape_controls(event.status)}"
-                       f", {event.completed}/{event.total} done, {event.failed} failed")
+            self.line(batch_polled_line(event))
         elif isinstance(event, RunFinished):
-            self._draw(force=True)
-            s = event.summary
-            self._line(f"done in {self.clock() - self.t0:.1f}s: {s.get('success')} success, "
-                       f"{s.get('error')} error, {s.get('pending')} pending, "
-                       f"{s.get('uncertain')} uncertain")
+            self.draw(force=True)
+            self.line(run_finished_line(event.summary, self.clock() - self.t0))
 
     def render(self) -> str:
         """The progress line's text (no control sequences)."""
         total = max(self.total, len(self.states))
         done = min(self.finished, total)
-        filled = BAR_WIDTH * done // total if total else BAR_WIDTH
-        bar = "#" * filled + "-" * (BAR_WIDTH - filled)
         counts = {state: 0 for state in SHOWN}
         for state in self.states.values():
             if state in counts:
@@ -101,27 +157,8 @@ class LiveProgress:
         parts = [f"queued {queued}"] + [f"{LABELS[s]} {n}" for s, n in counts.items() if n]
         elapsed = max(self.clock() - self.t0, 1e-9)
         rate = done / elapsed
-        eta = "ETA --" if rate <= 0 or done >= total else \
-            f"ETA {duration((total - done) / rate)}"
-        return (f"[{bar}] {done}/{total}  " + "  ".join(parts)
-                + f"  {rate:.2f} req/s  {eta}")
-
-    def _draw(self, force: bool = False) -> None:
-        now = self.clock()
-        if not force and self._drawn and now - self._drawn_at < REDRAW_SECONDS:
-            return
-        self._drawn_at = now
-        self._drawn = True
-        # Carriage return and erase-line: the line is redrawn in place.
-        self.stream.write("\r\x1b[K" + self.render())
-        self.stream.flush()
-
-    def _line(self, text: str) -> None:
-        if self._drawn:
-            self.stream.write("\r\x1b[K")  # the bar's line becomes this line
-            self._drawn = False
-        self.stream.write(text + "\n")
-        self.stream.flush()
+        return (f"[{_bar(done, total)}] {done}/{total}  " + "  ".join(parts)
+                + f"  {rate:.2f} req/s  {_eta(done, total, rate)}")
 
 
 def duration(seconds: float) -> str:
@@ -154,9 +191,7 @@ class ReplayProgress:
             self.done += 1
             self._line(f"[{self.done}/{event.total}] {event.prompt_id}: {event.category}")
         elif isinstance(event, ReplayFinished):
-            counts = ", ".join(f"{v} {k}" for k, v in event.counts.items() if v)
-            self._line(f"done in {time.monotonic() - self.t0:.1f}s: {counts} -> "
-                       f"{event.output_dir}")
+            self._line(replay_finished_line(event, time.monotonic() - self.t0))
 
     def _line(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -188,22 +223,18 @@ class RescoreProgressPrinter:
         print(text, file=self.stream, flush=True)
 
 
-class CountLine:
+class CountLine(RedrawnLine):
     """One redrawn line for work counted in items (replayed prompts, rescored cells): a bar,
     done/total, the count per outcome, the rate and the time left; permanent lines above it."""
 
     def __init__(self, stream: Any = None, clock: Any = time.monotonic,
                  unit: str = "items") -> None:
-        self.stream = stream or sys.stderr
-        self.clock = clock
+        super().__init__(stream, clock)
         self.unit = unit
-        self.t0 = clock()
         self.done = 0
         self.total = 0
         self.counts: dict[str, int] = {}
         self.detail = ""
-        self._drawn_at = 0.0
-        self._drawn = False
 
     def count(self, outcome: str | None, total: int, detail: str = "") -> None:
         """One item ended (with `outcome`, if it has one worth counting)."""
@@ -216,38 +247,17 @@ class CountLine:
 
     def render(self) -> str:
         total = max(self.total, self.done)
-        filled = BAR_WIDTH * self.done // total if total else BAR_WIDTH
-        bar = "#" * filled + "-" * (BAR_WIDTH - filled)
         elapsed = max(self.clock() - self.t0, 1e-9)
         rate = self.done / elapsed
-        eta = "ETA --" if rate <= 0 or self.done >= total else \
-            f"ETA {duration((total - self.done) / rate)}"
         counts = "  ".join(f"{k} {v}" for k, v in sorted(self.counts.items(),
                                                           key=lambda kv: -kv[1]))
-        text = f"[{bar}] {self.done}/{total} {self.unit}"
+        text = f"[{_bar(self.done, total)}] {self.done}/{total} {self.unit}"
         if counts:
             text += f"  {counts}"
-        text += f"  {rate:.1f}/s  {eta}"
+        text += f"  {rate:.1f}/s  {_eta(self.done, total, rate)}"
         if self.detail:
             text += f"  {escape_controls(self.detail)}"
         return text
-
-    def draw(self, force: bool = False) -> None:
-        now = self.clock()
-        if not force and self._drawn and now - self._drawn_at < REDRAW_SECONDS:
-            return
-        self._drawn_at = now
-        self._drawn = True
-        self.stream.write("\r\x1b[K" + self.render())
-        self.stream.flush()
-
-    def line(self, text: str) -> None:
-        """A permanent line; the progress line is drawn again under it on the next count."""
-        if self._drawn:
-            self.stream.write("\r\x1b[K")
-            self._drawn = False
-        self.stream.write(text + "\n")
-        self.stream.flush()
 
 
 class LiveReplayProgress(CountLine):
@@ -265,8 +275,7 @@ class LiveReplayProgress(CountLine):
         elif isinstance(event, EvaluationFinished):
             self.count(event.category, event.total)
         elif isinstance(event, ReplayFinished):
-            counts = ", ".join(f"{v} {k}" for k, v in event.counts.items() if v)
-            self.line(f"done in {self.clock() - self.t0:.1f}s: {counts} -> {event.output_dir}")
+            self.line(replay_finished_line(event, self.clock() - self.t0))
 
 
 class LiveRescoreProgress(CountLine):

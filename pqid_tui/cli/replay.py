@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pqid_tui.cli import add_evaluator_arguments, default_release_dir
+from pqid_tui.cli import add_evaluator_arguments, default_release_dir, run_evaluator
 
 
 def register(sub: Any) -> None:
@@ -42,27 +42,19 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.errors import EvaluatorFailed, Interrupted
     from engine.replay.replay import replay
     from pqid_tui.cli.progress import replay_progress
 
-    try:
-        result = replay(
-            Path(args.release_dir or default_release_dir()), args.responses, args.output_dir,
-            acknowledge_code_execution=args.acknowledge, build_image=args.build_image,
-            base_image=args.base_image, wheelhouse=args.wheelhouse,
-            progress=None if args.quiet else replay_progress(sys.stderr),
-            timeout_seconds=args.timeout_seconds,
-            allow_modified_release=args.allow_modified_release, overwrite=args.overwrite,
-            wall_clock_seconds=args.container_timeout_seconds,
-            allow_environment_mismatch=args.allow_environment_mismatch)
-    except Interrupted as exc:
-        # The container is already gone (or named, with the command that removes it).
-        print(f"pqid-tui: {exc.message()}", file=sys.stderr)
-        return 130
-    except EvaluatorFailed as exc:
-        # Not the user's mistake (exit 1, not 2), but still one message, not a traceback.
-        print(f"pqid-tui: error: {exc}", file=sys.stderr)
-        return 1
+    result = run_evaluator(lambda: replay(
+        Path(args.release_dir or default_release_dir()), args.responses, args.output_dir,
+        acknowledge_code_execution=args.acknowledge, build_image=args.build_image,
+        base_image=args.base_image, wheelhouse=args.wheelhouse,
+        progress=None if args.quiet else replay_progress(sys.stderr),
+        timeout_seconds=args.timeout_seconds,
+        allow_modified_release=args.allow_modified_release, overwrite=args.overwrite,
+        wall_clock_seconds=args.container_timeout_seconds,
+        allow_environment_mismatch=args.allow_environment_mismatch))
+    if isinstance(result, int):
+        return result
     print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     return 1 if result.summary["categories"].get("not_evaluated") else 0

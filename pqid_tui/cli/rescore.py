@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pqid_tui.cli import add_evaluator_arguments
+from pqid_tui.cli import add_evaluator_arguments, run_evaluator
 from pqid_tui.cli.progress import rescore_progress
 from pqid_tui.textsafe import escape_controls
 
@@ -48,26 +48,19 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.errors import EvaluatorFailed, Interrupted
     from engine.replay.rescore import render, rescore
 
-    try:
-        result = rescore(
-            args.release_dir, acknowledge_code_execution=args.acknowledge, models=args.models,
-            responses=args.responses, frozen_report=args.frozen_report,
-            output_dir=args.output_dir, build_image=args.build_image,
-            base_image=args.base_image, wheelhouse=args.wheelhouse,
-            timeout_seconds=args.timeout_seconds,
-            allow_environment_mismatch=args.allow_environment_mismatch,
-            allow_modified_release=args.allow_modified_release,
-            progress=None if args.quiet else rescore_progress(sys.stderr))
-    except Interrupted as exc:
-        # The container is already gone (or named, with the command that removes it).
-        print(f"pqid-tui: {exc.message()}", file=sys.stderr)
-        return 130
-    except EvaluatorFailed as exc:
-        print(f"pqid-tui: error: {exc}", file=sys.stderr)
-        return 1
+    result = run_evaluator(lambda: rescore(
+        args.release_dir, acknowledge_code_execution=args.acknowledge, models=args.models,
+        responses=args.responses, frozen_report=args.frozen_report,
+        output_dir=args.output_dir, build_image=args.build_image,
+        base_image=args.base_image, wheelhouse=args.wheelhouse,
+        timeout_seconds=args.timeout_seconds,
+        allow_environment_mismatch=args.allow_environment_mismatch,
+        allow_modified_release=args.allow_modified_release,
+        progress=None if args.quiet else rescore_progress(sys.stderr)))
+    if isinstance(result, int):
+        return result
     text = render(result.report, args.format)
     print(text if args.format == "json" else escape_controls(text), end="")
     report = result.report

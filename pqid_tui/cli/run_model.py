@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import ConfigError
 from engine.providers.routes import DEFAULT_CONCURRENCY
 from pqid_tui.cli import default_release_dir
+from pqid_tui.cli.progress import batch_polled_line, run_finished_line, run_started_line
 from pqid_tui.textsafe import escape_controls
 
 if TYPE_CHECKING:
@@ -205,9 +206,7 @@ class ProgressPrinter:
 
         if isinstance(event, RunStarted):
             self.total = event.to_send
-            self._line(f"run {event.provider}/{escape_controls(event.model)}: "
-                       f"{event.selected} selected, {event.to_send} to send, "
-                       f"{event.skipped} skipped -> {event.run_dir}")
+            self._line(run_started_line(event))
         elif isinstance(event, PromptStateChanged):
             pid = event.prompt_id
             if event.state == "in_flight":
@@ -227,13 +226,9 @@ class ProgressPrinter:
                 self.answered.add(pid)  # the batch path: no "saving" step
                 self._outcome(pid, event.state, event.error)
         elif isinstance(event, BatchPolled):
-            self._line(f"batch {escape_controls(event.batch_id)}: {escape_controls(event.status)}"
-                       f", {event.completed}/{event.total} done, {event.failed} failed")
+            self._line(batch_polled_line(event))
         elif isinstance(event, RunFinished):
-            s = event.summary
-            self._line(f"done in {time.monotonic() - self.t0:.1f}s: {s.get('success')} success, "
-                       f"{s.get('error')} error, {s.get('pending')} pending, "
-                       f"{s.get('uncertain')} uncertain")
+            self._line(run_finished_line(event.summary, time.monotonic() - self.t0))
 
     def _outcome(self, pid: str, state: str, error: str | None) -> None:
         self.done += 1

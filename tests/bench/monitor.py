@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import statistics
@@ -34,6 +35,41 @@ from engine.run.runs import RunProgress
 
 TICK = 0.010
 STATES: tuple[PromptState, ...] = ("in_flight", "retrying") * 4 + ("in_flight", "success")
+
+
+class FrameDelays:
+    """How late a timer of period `tick` fires on the running loop while other work goes on:
+    what a user feels as a stutter. `samples` holds (lateness, seconds since `start`)."""
+
+    def __init__(self, tick: float) -> None:
+        self.tick = tick
+        self.samples: list[tuple[float, float]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, since: float | None = None) -> None:
+        """Begin sampling on the running loop; times are counted from `since` (perf_counter)."""
+        self._task = asyncio.create_task(self._sample(time.perf_counter() if since is None
+                                                      else since))
+
+    async def stop(self) -> None:
+        """End sampling (the samples stay)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def lateness_ms(self) -> list[float]:
+        """Every sample's lateness in milliseconds, smallest first."""
+        return sorted(late * 1000 for late, _ in self.samples)
+
+    async def _sample(self, since: float) -> None:
+        loop = asyncio.get_running_loop()
+        expected = loop.time() + self.tick
+        while True:
+            await asyncio.sleep(self.tick)
+            now = loop.time()
+            self.samples.append((max(0.0, now - expected), time.perf_counter() - since))
+            expected = now + self.tick
 
 
 def events_for(prompt_ids: list[str], count: int) -> list[PromptStateChanged]:
@@ -78,19 +114,8 @@ async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]
 
             screen.flush = timed_flush  # type: ignore[assignment]
 
-            lags: list[float] = []
-            stop = asyncio.Event()
-
-            async def ticker() -> None:
-                loop = asyncio.get_running_loop()
-                expected = loop.time() + TICK
-                while not stop.is_set():
-                    await asyncio.sleep(TICK)
-                    now = loop.time()
-                    lags.append(max(0.0, now - expected))
-                    expected = now + TICK
-
-            tick_task = asyncio.create_task(ticker())
+            frames = FrameDelays(TICK)
+            frames.start()
             await asyncio.sleep(0.05)
             grid = screen.query_one(RunGrid)
 
@@ -116,11 +141,10 @@ async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]
                 await asyncio.sleep(0.005)
             applied = time.perf_counter() - start
             await asyncio.sleep(0.2)  # let a last render land before stopping the ticker
-            stop.set()
-            await tick_task
+            await frames.stop()
             gc.unfreeze()  # what the end of the run worker does in the app
             wrong = [pid for i, pid in enumerate(ids) if grid.line_text(i)[2] != final[pid]]
-    lags_ms = sorted(x * 1000 for x in lags)
+    lags_ms = frames.lateness_ms()
     return {
         "prompts": prompts, "events": len(stream), "batch": batch,
         "feed_seconds": fed, "apply_seconds": applied,
