@@ -1,9 +1,11 @@
 """The OpenAI Batch path: the planned requests sent as one batch, resumable, never created twice.
 
 A batch run is a live run whose requests travel through the Files and Batches endpoints
-instead of one POST each. `BatchRun` reuses `LiveRun` for everything a run directory must
-look like (acknowledgement, resume rules, credential, manifest, records, responses, attempt
-log, raw bodies, summary) and adds a state machine kept in `batch-state.json`:
+instead of one POST each. `BatchRun` is a sending strategy over the same parts as the live
+sender: the session (engine.run.session: acknowledgement, resume rules, credential,
+manifest, the list to send) and the recorder (engine.run.recorder: reply parsing, the model
+check, responses, records, attempt log, raw bodies). What it adds is a state machine kept in
+`batch-state.json`:
 
     input_written -> uploaded -> creating -> created -> ended -> downloaded -> materialised
     (batch-input    (file id)    (token,     (batch id;  (terminal  (output and  (every prompt
@@ -23,9 +25,9 @@ instant resumes from the last phase it saved:
 While a batch is unfinished its prompts' records say `in_flight` with its `batch_id`. The
 run directory's reconciliation reads such a record as "uncertain" (it cannot know about
 batches), so `BatchRun.prepare` first decides which uncertain prompts belong to the
-unfinished batch: when every uncertain prompt does, it lets `LiveRun.prepare` run with the
-uncertain check satisfied, then takes the batch's prompts out of the list to send; they are
-settled by finishing the batch, not by a new request. An uncertain prompt that does not
+unfinished batch: when every uncertain prompt does, the session's uncertain check is
+satisfied, and the batch's prompts are held out of the list to send; they are settled by
+finishing the batch, not by a new request. An uncertain prompt that does not
 belong to the batch (a live run killed in the same directory) still needs
 `--retry-uncertain`, exactly as in a live resume.
 
@@ -37,14 +39,12 @@ behaves like a live resume: successes are skipped, errors only with `--retry-err
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import json
-import random
 import secrets
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -60,18 +60,23 @@ from engine.errors import (
 )
 from engine.events import (
     BatchPolled,
+    Event,
     ProgressCallback,
     PromptState,
     PromptStateChanged,
     RunFinished,
     RunStarted,
 )
-from engine.providers.adapters import Reply, error_for_status
-from engine.providers.model_identity import check_model
-from engine.run.live import LiveRun, RunControl, RunResult, _redact, _redact_text
-from engine.run.plan import PlannedRequest
+from engine.providers.adapters import Adapter, adapter_for, error_for_status
+from engine.run.control import RunControl, RunResult
+from engine.run.plan import PlannedRequest, build_plan
+from engine.run.recast import run_with_recast
+from engine.run.recorder import AttemptOutcome, Recorder, redact, redact_text
+from engine.run.retry import backoff
+from engine.run.session import Session
+from engine.run.summary import Tally, invocation_summary, write_summary
 from engine.rundir.layout import BATCH_STATE
-from engine.rundir.records import ERROR, IN_FLIGHT, Reconciled, utc_now
+from engine.rundir.records import ERROR, IN_FLIGHT, Reconciled, RunDir, utc_now
 from engine.rundir.storage import atomic_write_bytes, atomic_write_json, canonical_json, sha256_hex
 
 STATE_FILE = BATCH_STATE
@@ -151,14 +156,14 @@ class BatchApi:
                 body = response.content
             except httpx.HTTPError as exc:
                 problem = (f"{exc.__class__.__name__}: "
-                           f"{_redact_text(str(exc), self.secret) or 'connection failed'}")
+                           f"{redact_text(str(exc), self.secret) or 'connection failed'}")
             else:
                 if 200 <= response.status_code < 300:
                     return response
                 status = response.status_code
                 headers = {k.lower(): v for k, v in response.headers.items()}
-                err = error_for_status(status, headers, _redact(body, self.secret))
-                problem = f"{err.error_class}: {_redact_text(err.message, self.secret)}"
+                err = error_for_status(status, headers, redact(body, self.secret))
+                problem = f"{err.error_class}: {redact_text(err.message, self.secret)}"
                 if not err.retryable:
                     hint = (" (check the key: --api-key-file, $OPENAI_API_KEY or the keyring)"
                             if status in (401, 403) else "")
@@ -235,17 +240,32 @@ class BatchApi:
         return response.content
 
 
-class BatchRun(LiveRun):
-    """One invocation of a batch run over a run directory (see the module docstring)."""
+class BatchRun:
+    """One invocation of a batch run over a run directory (see the module docstring): the
+    Batch API as the sending strategy over the same session and recorder as a live run."""
 
     def __init__(self, config: LiveRunConfig, *, transport: httpx.AsyncBaseTransport | None = None,
                  progress: ProgressCallback | None = None, control: RunControl | None = None,
                  env: dict[str, str] | None = None) -> None:
         check_batch_config(config)
-        super().__init__(config, transport=transport, progress=progress, control=control,
-                         env=env)
+        self.config = config
+        self.plan = build_plan(config)
+        self.adapter: Adapter = adapter_for(self.plan.route)
+        self.transport = transport
+        self.progress = progress
+        self.control = control or RunControl()
+        if config.output_dir is None:
+            raise ConfigError("--output-dir is required for a run")
+        self.run_dir = RunDir(config.output_dir)
+        self.session = Session(config, self.plan, self.run_dir, env=env)
+        self.recorder = Recorder(self.session, self.adapter, self._emit)
+        self.tally = Tally()
         self.state_path = self.run_dir.path / STATE_FILE
         self.state: dict[str, Any] | None = None
+
+    def _emit(self, event: Event) -> None:
+        if self.progress is not None:
+            self.progress(event)
 
     # -- the state file --------------------------------------------------------------------------
     def _load_state(self) -> dict[str, Any] | None:
@@ -279,51 +299,36 @@ class BatchRun(LiveRun):
 
     # -- preparation ---------------------------------------------------------------------------
     def prepare(self) -> list[PlannedRequest]:
-        asked = self.config
-        self.state = self._load_state() if asked.resume and self.run_dir.is_nonempty() else None
+        config = self.config
+        self.state = self._load_state() if config.resume and self.run_dir.is_nonempty() else None
         active = self._active()
         in_batch = set(active["prompt_ids"]) if active else set()
-        override: dict[str, Any] = {"max_new": None}
-        if active is not None and not asked.retry_uncertain:
+        uncertain_held = False
+        if active is not None and not config.retry_uncertain:
             pre = self.run_dir.reconcile(self.plan.prompt_ids, repair=False)
             uncertain = pre.by_state("uncertain")
-            if uncertain and all(self._belongs(pre, pid, active) for pid in uncertain):
-                override["retry_uncertain"] = True  # pending in the batch, not uncertain
-        self.config = asked.model_copy(update=override)
-        try:
-            super().prepare()  # the contract check comes first: its message is the clearest
-        finally:
-            self.config = asked
+            # Pending in the batch, not uncertain: finishing the batch settles them.
+            uncertain_held = bool(uncertain) and all(self._belongs(pre, pid, active)
+                                                     for pid in uncertain)
+        # The contract check comes first: its message is the clearest.
+        to_send = self.session.prepare(held=in_batch, uncertain_held=uncertain_held)
         unknown = in_batch - set(self.plan.prompt_ids)
         if unknown:
             raise ResumeRefused(f"{self.state_path}: the unfinished batch holds prompts outside "
                                 f"this run's selection ({', '.join(sorted(unknown)[:5])})")
-        rec = self._reconciled
-        assert rec is not None
-        to_send = []
-        for req in self.plan.requests:
-            state = rec.statuses[req.prompt_id].state
-            if req.prompt_id in in_batch:
-                continue
-            if state == "pending" or (state == "error" and asked.retry_errors) or (
-                    state == "uncertain" and asked.retry_uncertain):
-                to_send.append(req)
-        if asked.max_new is not None:
-            to_send = to_send[: asked.max_new]
         return to_send
 
     # -- the run -------------------------------------------------------------------------------
     async def run(self) -> RunResult:
         to_send = self.prepare()
-        rec = self._reconciled
-        assert rec is not None
+        statuses = self.session.statuses
         active = self._active()
         in_batch = set(active["prompt_ids"]) if active else set()
         sending = {r.prompt_id for r in to_send} | in_batch
         self._emit(RunStarted(str(self.run_dir.path), self.plan.route.name, self.config.model,
                               len(self.plan.requests), len(sending),
                               len(self.plan.requests) - len(sending), self.plan.prompt_ids))
-        for pid, status in rec.statuses.items():
+        for pid, status in statuses.items():
             if active is not None and pid in in_batch:
                 self._emit(PromptStateChanged(pid, "in_flight",
                                               int(active["attempts"][pid])))
@@ -350,11 +355,12 @@ class BatchRun(LiveRun):
         return RunResult(summary, str(self.run_dir.path))
 
     def _api(self, client: httpx.AsyncClient) -> BatchApi:
-        route, secret = self.plan.route, self.credential.secret if self.credential else None
+        route, secret = self.plan.route, self.session.secret
         headers = {"User-Agent": f"pqid-tui/{__version__}", **route.headers,
                    **self.adapter.auth_headers(route, secret)}
         return BatchApi(client, route.base_url, headers, secret,
-                        retries=self.config.max_retries, backoff=self._backoff)
+                        retries=self.config.max_retries,
+                        backoff=functools.partial(backoff, self.config))
 
     async def _drive(self, api: BatchApi) -> bool:
         """Advance the current batch to `materialised`; False when stopped while polling."""
@@ -381,19 +387,12 @@ class BatchRun(LiveRun):
         return "batch-input.jsonl" if seq == 1 else f"batch-input.{seq}.jsonl"
 
     def _start_batch(self, to_send: list[PlannedRequest]) -> None:
-        rec = self._reconciled
-        assert rec is not None
+        statuses = self.session.statuses
         attempts: dict[str, int] = {}
         for req in to_send:
-            status = rec.statuses[req.prompt_id]
+            status = statuses[req.prompt_id]
             if status.state == "uncertain":
-                # Keep the interrupted attempt in the history before drawing again.
-                self.run_dir.append_attempt({
-                    "prompt_id": req.prompt_id, "attempt": status.attempts,
-                    "started_at_utc": None, "finished_at_utc": utc_now(), "latency_ms": None,
-                    "status": None, "error_class": "uncertain", "decision": "uncertain",
-                    "error": "in flight when an earlier run stopped; resent with "
-                             "--retry-uncertain", "request_sha256": req.sha256, "raw": None})
+                self.recorder.keep_uncertain(req, status.attempts)
             attempts[req.prompt_id] = status.attempts + 1
         previous: list[dict[str, Any]] = []
         seq = 1
@@ -456,7 +455,7 @@ class BatchRun(LiveRun):
                 except BatchApiError as exc:
                     if not exc.transient or tries >= self.config.max_retries:
                         raise
-                    await asyncio.sleep(self._backoff(tries, None))
+                    await asyncio.sleep(backoff(self.config, tries, None))
                     tries += 1
                     continue
             self._save(phase=CREATED, batch_id=batch["id"], adopted=adopted)
@@ -533,14 +532,14 @@ class BatchRun(LiveRun):
     # -- step 5: download ----------------------------------------------------------------------
     async def _download(self, api: BatchApi) -> None:
         assert self.state is not None
-        secret = self.credential.secret if self.credential else None
+        secret = self.session.secret
         seq = int(self.state["seq"])
         changes: dict[str, Any] = {"phase": DOWNLOADED}
         for kind, label in (("output", "output"), ("error", "errors")):
             file_id = self.state.get(f"{kind}_file_id")
             if not file_id:
                 continue
-            data = _redact(await api.content(str(file_id)), secret)
+            data = redact(await api.content(str(file_id)), secret)
             name = f"batch-{label}.jsonl" if seq == 1 else f"batch-{label}.{seq}.jsonl"
             atomic_write_bytes(self.run_dir.path / name, data)
             changes.update({f"{kind}_file": name, f"{kind}_sha256": sha256_hex(data)})
@@ -582,84 +581,70 @@ class BatchRun(LiveRun):
                          line: dict[str, Any] | None) -> None:
         assert self.state is not None
         state = self.state
-        secret = self.credential.secret if self.credential else None
-        info: dict[str, Any] = {
+        secret = self.session.secret
+        outcome = AttemptOutcome({
             "started_at_utc": state.get("batch_created_at_utc"),
             "finished_at_utc": state.get("ended_at_utc") or utc_now(), "latency_ms": None,
             "raw": None, "batch_id": state["batch_id"],
-            "batch_request_id": line.get("id") if line else None}
+            "batch_request_id": line.get("id") if line else None})
         if line is None:
             detail = "; ".join(state.get("batch_errors") or [])
-            self._fail(req, attempt, ProviderError(
+            outcome.error = ProviderError(
                 "batch_missing", f"missing from batch output (batch {state['batch_id']} ended "
-                f"{state.get('status')}{': ' + detail if detail else ''})", retryable=False),
-                info)
+                f"{state.get('status')}{': ' + detail if detail else ''})", retryable=False)
+            self._fail(req, attempt, outcome)
             return
         response = line.get("response")
         error = line.get("error")
         if error or not isinstance(response, dict):
-            body = _redact(canonical_json(line), secret)
-            info.update(self._raw(req.prompt_id, attempt, body))
+            self._raw(outcome, req.prompt_id, attempt, redact(canonical_json(line), secret))
             err = error if isinstance(error, dict) else {}
             code = err.get("code") or "error"
             message = err.get("message") or "the batch line has an error and no response"
-            self._fail(req, attempt, ProviderError(
-                "batch_error", f"batch request error {code}: {message}", retryable=False),
-                info)
+            outcome.error = ProviderError(
+                "batch_error", f"batch request error {code}: {message}", retryable=False)
+            self._fail(req, attempt, outcome)
             return
         status = response.get("status_code")
         status = status if isinstance(status, int) else 0
         payload = response.get("body")
         body = payload.encode() if isinstance(payload, str) else json.dumps(
             payload, ensure_ascii=False).encode()
-        body = _redact(body, secret)
-        info.update(self._raw(req.prompt_id, attempt, body))
+        body = redact(body, secret)
+        self._raw(outcome, req.prompt_id, attempt, body)
         headers = {"content-type": "application/json"}
         if isinstance(response.get("request_id"), str):
             headers["x-request-id"] = response["request_id"]
-        try:
-            reply: Reply = self.adapter.parse(status, headers, body)
-            model_check = check_model(self.config.model, reply.returned_model)
-            if model_check == "redirected" and self.config.require_exact_model:
-                raise ProviderError(
-                    "model_redirected", f"asked for {self.config.model!r}, the provider answered "
-                    f"with {reply.returned_model!r} (--require-exact-model)", retryable=False,
-                    status=status)
-        except ProviderError as exc:
+        if self.recorder.read_reply(outcome, status, headers, body).error is not None:
             # Inside a batch nothing is retried; --retry-errors sends it again in a new batch.
-            self._fail(req, attempt, exc, info)
+            self._fail(req, attempt, outcome)
             return
-        self._record_success(req, attempt, reply, status, info, model_check)
+        self.recorder.success(req, attempt, outcome)
 
-    def _raw(self, prompt_id: str, attempt: int, body: bytes) -> dict[str, Any]:
-        is_json = True
-        try:
-            json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            is_json = False
-        name = self.run_dir.raw_name(prompt_id, attempt, is_json)
-        self.run_dir.write_raw(name, body)
-        return {"raw": name, "content_type": "application/json", "bytes": len(body)}
+    def _raw(self, outcome: AttemptOutcome, prompt_id: str, attempt: int, body: bytes) -> None:
+        self.recorder.raw_body(outcome, prompt_id, attempt, body)
+        outcome.info.update(content_type="application/json", bytes=len(body))
 
-    def _fail(self, req: PlannedRequest, attempt: int, error: ProviderError,
-              info: dict[str, Any]) -> None:
-        assert self.state is not None
-        error._attempt_info = info  # type: ignore[attr-defined]
-        self._log_attempt_error(req, attempt, error, "terminal", 0.0)
-        secret = self.credential.secret if self.credential else None
-        last_error = _redact_text(f"{error.error_class}: {error.message}", secret)
-        self.run_dir.write_record({
+    def _fail(self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome) -> None:
+        assert self.state is not None and outcome.error is not None
+        error = outcome.error
+        last_error = redact_text(f"{error.error_class}: {error.message}", self.session.secret)
+        self.recorder.failed_now(req, attempt, outcome, {
             "prompt_id": req.prompt_id, "state": ERROR, "attempt": attempt,
             "attempts": attempt, "request_sha256": req.sha256, "last_error": last_error,
             "batch_id": self.state["batch_id"]})
-        self._emit(PromptStateChanged(req.prompt_id, "error", attempt, last_error))
 
     # -- summary -------------------------------------------------------------------------------
     def write_summary(self) -> dict[str, Any]:
-        summary = super().write_summary()
+        summary = invocation_summary(self.config, self.run_dir, self.plan.prompt_ids,
+                                     self.tally, stopped=self.control.stopped)
         state = self.state
-        if state is None:
-            return summary
+        if state is not None:
+            summary["batch"] = self._batch_summary(summary, state)
+        write_summary(self.run_dir, summary)
+        return summary
+
+    def _batch_summary(self, summary: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         info: dict[str, Any] = {
             "batch_id": state.get("batch_id"), "status": state.get("status"),
             "phase": state.get("phase"), "request_counts": state.get("request_counts"),
@@ -680,16 +665,7 @@ class BatchRun(LiveRun):
             summary["uncertain"] -= waiting
             summary["pending"] += waiting
             info["pending_in_batch"] = waiting
-        summary["batch"] = info
-        with contextlib.suppress(OSError):
-            self.run_dir.write_summary(summary)
-        return summary
-
-    def _backoff(self, retries_done: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(retry_after, self.config.max_retry_after_seconds)
-        base: float = self.config.retry_backoff_seconds * (2 ** retries_done)
-        return float(min(base, self.config.max_backoff_seconds) * (1 - 0.25 * random.random()))
+        return info
 
 
 def check_batch_config(config: LiveRunConfig) -> None:
@@ -722,23 +698,8 @@ def run_batch_api(config: LiveRunConfig, *, transport: httpx.AsyncBaseTransport 
     """Run (or resume) a batch run to completion; blocking. With `recast`, the second draw
     goes into `OUTPUT/recast/` as its own batch, and the summary gains `stability`."""
 
-    async def both() -> RunResult:
-        result = await run_batch_api_async(config, transport=transport, progress=progress,
-                                           env=env)
-        if config.recast:
-            from engine.run.recast import recast_config, stability
-
-            sub = recast_config(config)
-            second = await run_batch_api_async(sub, transport=transport, progress=progress,
-                                               env=env)
-            assert config.output_dir is not None and sub.output_dir is not None
-            report = stability(Path(config.output_dir), Path(sub.output_dir))
-            report["temperature"] = config.temperature if not config.omit_temperature else None
-            result.summary["recast"] = second.to_dict()
-            result.summary["stability"] = report
-        return result
-
-    return asyncio.run(both())
+    return asyncio.run(run_with_recast(run_batch_api_async, config, transport=transport,
+                                       progress=progress, env=env))
 
 
 __all__ = ["BatchApi", "BatchApiError", "BatchPolled", "BatchRun", "check_batch_config",

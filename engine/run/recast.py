@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from engine.config import LiveRunConfig
 from engine.events import ProgressCallback
-from engine.run.live import RunResult, run_live_model_async
+from engine.run.control import RunResult
 from engine.rundir.layout import MANIFEST
 from engine.rundir.records import RunDir
 
 RECAST_SUBDIR = "recast"
+
+
+class Runner(Protocol):
+    """A run's async entry point (the live sender's or the Batch API's)."""
+
+    def __call__(self, config: LiveRunConfig, *,
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 progress: ProgressCallback | None = None,
+                 env: dict[str, str] | None = None) -> Awaitable[RunResult]: ...
 
 
 def recast_config(config: LiveRunConfig) -> LiveRunConfig:
@@ -37,14 +47,33 @@ def stability(main: Path, recast: Path) -> dict[str, Any]:
             "code_changed": len(code_changed), "recast_dir": str(recast)}
 
 
-async def run_recast_async(config: LiveRunConfig, *,
+async def run_recast_async(runner: Runner, config: LiveRunConfig, *,
                            transport: httpx.AsyncBaseTransport | None = None,
                            progress: ProgressCallback | None = None,
                            env: dict[str, str] | None = None) -> tuple[RunResult, dict[str, Any]]:
-    """Run the second draw and compare it with the first."""
+    """Run the second draw with `runner` and compare it with the first."""
     sub = recast_config(config)
-    result = await run_live_model_async(sub, transport=transport, progress=progress, env=env)
+    result = await runner(sub, transport=transport, progress=progress, env=env)
     assert config.output_dir is not None and sub.output_dir is not None
     report = stability(Path(config.output_dir), Path(sub.output_dir))
     report["temperature"] = config.temperature if not config.omit_temperature else None
     return result, report
+
+
+async def run_with_recast(runner: Runner, config: LiveRunConfig, *,
+                          transport: httpx.AsyncBaseTransport | None = None,
+                          progress: ProgressCallback | None = None,
+                          env: dict[str, str] | None = None) -> RunResult:
+    """Run `config` with `runner`; with `recast`, then the second draw into `OUTPUT/recast/`
+    by the same runner, and the summary gains `recast` and `stability`."""
+    result = await runner(config, transport=transport, progress=progress, env=env)
+    if config.recast:
+        second, report = await run_recast_async(runner, config, transport=transport,
+                                                progress=progress, env=env)
+        result.summary["recast"] = second.to_dict()
+        result.summary["stability"] = report
+    return result
+
+
+__all__ = ["RECAST_SUBDIR", "Runner", "recast_config", "run_recast_async", "run_with_recast",
+           "stability"]
