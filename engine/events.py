@@ -9,12 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-# "saving": answered (its request slot is free again), its evidence being written; "success"
-# or "error" follows once that is durable. A prompt is "in_flight" only while its request is
-# outstanding, so never more prompts are in flight than the concurrency allows.
-PromptState: TypeAlias = Literal[
-    "pending", "in_flight", "saving", "retrying", "success", "error", "uncertain", "skipped"
-]
+from engine.states import PromptState
+
+# The states a PromptStateChanged carries: one vocabulary, engine.states.PromptState.
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
-from typing import Any, cast
+from typing import Any
 
 import httpx
 
@@ -62,7 +62,6 @@ from engine.events import (
     BatchPolled,
     Event,
     ProgressCallback,
-    PromptState,
     PromptStateChanged,
     RunFinished,
     RunStarted,
@@ -78,6 +77,7 @@ from engine.run.summary import Tally, invocation_summary, write_summary
 from engine.rundir.layout import BATCH_STATE
 from engine.rundir.records import ERROR, IN_FLIGHT, Reconciled, RunDir, utc_now
 from engine.rundir.storage import atomic_write_bytes, atomic_write_json, canonical_json, sha256_hex
+from engine.states import PromptState
 
 STATE_FILE = BATCH_STATE
 STATE_FORMAT = "pqid-batch-state/1"
@@ -306,7 +306,7 @@ class BatchRun:
         uncertain_held = False
         if active is not None and not config.retry_uncertain:
             pre = self.run_dir.reconcile(self.plan.prompt_ids, repair=False)
-            uncertain = pre.by_state("uncertain")
+            uncertain = pre.by_state(PromptState.UNCERTAIN)
             # Pending in the batch, not uncertain: finishing the batch settles them.
             uncertain_held = bool(uncertain) and all(self._belongs(pre, pid, active)
                                                      for pid in uncertain)
@@ -330,12 +330,12 @@ class BatchRun:
                               len(self.plan.requests) - len(sending), self.plan.prompt_ids))
         for pid, status in statuses.items():
             if active is not None and pid in in_batch:
-                self._emit(PromptStateChanged(pid, "in_flight",
+                self._emit(PromptStateChanged(pid, PromptState.IN_FLIGHT,
                                               int(active["attempts"][pid])))
             elif pid in sending:
-                self._emit(PromptStateChanged(pid, "pending", status.attempts))
+                self._emit(PromptStateChanged(pid, PromptState.PENDING, status.attempts))
             else:
-                self._emit(PromptStateChanged(pid, cast(PromptState, status.state),
+                self._emit(PromptStateChanged(pid, status.state,
                                               status.attempts, status.last_error))
         timeout = httpx.Timeout(self.config.request_timeout_seconds,
                                 connect=min(10.0, self.config.request_timeout_seconds))
@@ -391,7 +391,7 @@ class BatchRun:
         attempts: dict[str, int] = {}
         for req in to_send:
             status = statuses[req.prompt_id]
-            if status.state == "uncertain":
+            if status.state == PromptState.UNCERTAIN:
                 self.recorder.keep_uncertain(req, status.attempts)
             attempts[req.prompt_id] = status.attempts + 1
         previous: list[dict[str, Any]] = []
@@ -475,7 +475,7 @@ class BatchRun:
                 "prompt_id": req.prompt_id, "state": IN_FLIGHT, "attempt": attempt,
                 "attempts": attempt, "request_sha256": req.sha256,
                 "last_error": record.get("last_error"), "batch_id": batch_id})
-            self._emit(PromptStateChanged(req.prompt_id, "in_flight", attempt))
+            self._emit(PromptStateChanged(req.prompt_id, PromptState.IN_FLIGHT, attempt))
 
     # -- step 4: poll --------------------------------------------------------------------------
     def _note(self, batch: dict[str, Any]) -> None:
@@ -660,7 +660,7 @@ class BatchRun:
         if state["phase"] != MATERIALISED:
             # In-flight records of an unfinished batch are pending in it, not uncertain.
             rec = self.run_dir.reconcile(self.plan.prompt_ids, repair=False)
-            waiting = sum(1 for pid in rec.by_state("uncertain")
+            waiting = sum(1 for pid in rec.by_state(PromptState.UNCERTAIN)
                           if self._belongs(rec, pid, state))
             summary["uncertain"] -= waiting
             summary["pending"] += waiting

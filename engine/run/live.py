@@ -15,7 +15,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 
@@ -25,7 +25,6 @@ from engine.errors import ConfigError, ProviderError, RunWriteError
 from engine.events import (
     Event,
     ProgressCallback,
-    PromptState,
     PromptStateChanged,
     RunFinished,
     RunStarted,
@@ -47,6 +46,7 @@ from engine.run.summary import (
 )
 from engine.rundir.journal import Journal
 from engine.rundir.records import ERROR, IN_FLIGHT, RETRY_WAIT, RunDir, utc_now
+from engine.states import PromptState
 from engine.transport.governor import Governor
 from engine.transport.http import NetworkSender, Sender, SendFailed, SendTimeout, TransportSender
 
@@ -128,11 +128,11 @@ class LiveRun:
                               len(self.plan.requests) - len(to_send), self.plan.prompt_ids))
         for pid, status in statuses.items():
             if pid not in sending:
-                self._emit(PromptStateChanged(pid, cast(PromptState, status.state),
+                self._emit(PromptStateChanged(pid, status.state,
                                               status.attempts, status.last_error))
         queue: collections.deque[PlannedRequest] = collections.deque(to_send)
         for req in to_send:
-            self._emit(PromptStateChanged(req.prompt_id, "pending",
+            self._emit(PromptStateChanged(req.prompt_id, PromptState.PENDING,
                                           statuses[req.prompt_id].attempts))
         sender = self._sender()
         self.journal = self.recorder.journal = Journal(self.run_dir.path)
@@ -223,7 +223,7 @@ class LiveRun:
             if req.prompt_id in self._ahead:
                 continue
             status = statuses[req.prompt_id]
-            if status.state == "uncertain":
+            if status.state == PromptState.UNCERTAIN:
                 continue  # its history line comes first; written the usual way
             path, data = self.run_dir.record_bytes(
                 self._in_flight_record(req, status.attempts + 1))
@@ -242,7 +242,7 @@ class LiveRun:
     async def _send_prompt(self, sender: Sender, req: PlannedRequest) -> None:
         status = self.session.statuses[req.prompt_id]
         attempt = status.attempts
-        if status.state == "uncertain":
+        if status.state == PromptState.UNCERTAIN:
             self.recorder.keep_uncertain(req, attempt)
         retries = 0
         clock = self._clock
@@ -256,7 +256,7 @@ class LiveRun:
             if self._halted():
                 self.governor.failed()
                 if retries:  # it was shown retrying: it is left pending, for a resume
-                    self._emit(PromptStateChanged(req.prompt_id, "pending", attempt,
+                    self._emit(PromptStateChanged(req.prompt_id, PromptState.PENDING, attempt,
                                                   status.last_error))
                 return
             attempt += 1
@@ -272,9 +272,9 @@ class LiveRun:
                 return
             durable = time.perf_counter()
             # What a crash now would leave: the attempt's outcome is unknown.
-            status.state, status.attempts = "uncertain", attempt
+            status.state, status.attempts = PromptState.UNCERTAIN, attempt
             self.tally.attempted_prompts.add(req.prompt_id)
-            self._emit(PromptStateChanged(req.prompt_id, "in_flight", attempt))
+            self._emit(PromptStateChanged(req.prompt_id, PromptState.IN_FLIGHT, attempt))
             self.tally.attempts += 1
             sent = time.perf_counter()
             clock.in_flight += durable - admitted
@@ -311,10 +311,10 @@ class LiveRun:
                     dict(record, state=ERROR, last_error=status.last_error))
                 self.recorder.attempt_failed(req, attempt, outcome, decision)
                 # Answered (its slot is free), the error not yet durable: "saving", not in flight.
-                self._emit(PromptStateChanged(req.prompt_id, "saving", attempt,
+                self._emit(PromptStateChanged(req.prompt_id, PromptState.SAVING, attempt,
                                               status.last_error))
                 self.recorder.commit_error(group, status, PromptStateChanged(
-                    req.prompt_id, "error", attempt, status.last_error))
+                    req.prompt_id, PromptState.ERROR, attempt, status.last_error))
                 if self.config.stop_on_error:
                     self._stop_new = True
                 return
@@ -323,19 +323,19 @@ class LiveRun:
                 dict(record, state=RETRY_WAIT, last_error=status.last_error))
             # The answer is in and the slot is free: the prompt is no longer in flight.
             self.recorder.attempt_failed(req, attempt, outcome, decision)
-            self._emit(PromptStateChanged(req.prompt_id, "retrying", attempt, status.last_error,
-                                          time.time() + delay))
+            self._emit(PromptStateChanged(req.prompt_id, PromptState.RETRYING, attempt,
+                                          status.last_error, time.time() + delay))
             try:
                 # The next attempt's in_flight record must not overtake this one.
                 await self.recorder.commit_retry_wait(group)
             except OSError:
                 return
-            status.state = "pending"
+            status.state = PromptState.PENDING
             retries += 1
             await self.control.sleep(delay)
             if self.control.stopped:
                 # No next try will come: the prompt is pending again, as its record says.
-                self._emit(PromptStateChanged(req.prompt_id, "pending", attempt,
+                self._emit(PromptStateChanged(req.prompt_id, PromptState.PENDING, attempt,
                                               status.last_error))
                 return
 

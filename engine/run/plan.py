@@ -17,6 +17,7 @@ from engine.release.study import identity as study_identity
 from engine.release.study import is_pqid_bench
 from engine.release.trace import study_plan_dict
 from engine.rundir.storage import canonical_json, sha256_hex
+from engine.states import PromptState
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +245,8 @@ def output_outcome(plan: Plan) -> dict[str, Any]:
     from engine.rundir.records import RunDir
 
     rec = RunDir(c.output_dir).reconcile(plan.prompt_ids, repair=False)
-    states = {s: len(rec.by_state(s)) for s in ("success", "error", "pending", "uncertain")}
+    counted = (PromptState.SUCCESS, PromptState.ERROR, PromptState.PENDING, PromptState.UNCERTAIN)
+    states: dict[str, int] = {s: len(rec.by_state(s)) for s in counted}
     if states["uncertain"] and not c.retry_uncertain:
         return {"action": "refused", "states": states, "reason": (
             f"{states['uncertain']} prompt(s) were in flight when an earlier run stopped; "

@@ -27,6 +27,7 @@ from engine.run.session import Session
 from engine.run.summary import response_note
 from engine.rundir.journal import Group, Journal
 from engine.rundir.records import ERROR, SUCCESS, PromptStatus, RunDir, utc_now
+from engine.states import PromptState
 from evaluator.extract import extract_code
 
 
@@ -158,7 +159,8 @@ class Recorder:
         self.run_dir.append_attempt(self.attempt_line(req, attempt, outcome, "terminal", 0.0))
         self.attempt_failed(req, attempt, outcome, "terminal")
         self.run_dir.write_record(record)
-        self.emit(PromptStateChanged(req.prompt_id, "error", attempt, record["last_error"]))
+        self.emit(PromptStateChanged(req.prompt_id, PromptState.ERROR, attempt,
+                                     record["last_error"]))
 
     # -- a success -----------------------------------------------------------------------------
     def success(self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome) -> None:
@@ -175,7 +177,7 @@ class Recorder:
             self._write_success(req, attempt, outcome, note)
             return
         # The answer is in and its slot free; "success" follows once its evidence is durable.
-        self.emit(PromptStateChanged(req.prompt_id, "saving", attempt, note=note))
+        self.emit(PromptStateChanged(req.prompt_id, PromptState.SAVING, attempt, note=note))
         # Written up once the requests waiting for their in_flight records are on their way
         # (Journal.later): none of them waits behind this answer's bookkeeping.
         self.journal.later(functools.partial(self._write_success, req, attempt, outcome, note))
@@ -210,8 +212,8 @@ class Recorder:
         def durable() -> None:
             if self.session.reconciled is not None:
                 settled = self.session.reconciled.statuses[req.prompt_id]
-                settled.state, settled.last_error = SUCCESS, None
-            self.emit(PromptStateChanged(req.prompt_id, "success", attempt, note=note))
+                settled.state, settled.last_error = PromptState.SUCCESS, None
+            self.emit(PromptStateChanged(req.prompt_id, PromptState.SUCCESS, attempt, note=note))
 
         if self.journal is None:
             if outcome.raw is not None:
@@ -237,7 +239,7 @@ class Recorder:
         assert self.journal is not None
 
         def settled() -> None:
-            status.state = ERROR
+            status.state = PromptState.ERROR
             self.emit(event)
 
         self.journal.commit_later(group, settled)

@@ -34,11 +34,11 @@ from engine.rundir import layout
 from engine.rundir.layout import EVALUATION_DIR, MANIFEST
 from engine.rundir.records import RunDir
 from engine.rundir.storage import canonical_json, sha256_hex
+from engine.states import PromptState
 
 EVALUATIONS_FILE = f"{EVALUATION_DIR}/{layout.EVALUATIONS_FILE}"
-STATES = ("pending", "in_flight", "saving", "retrying", "success", "error", "uncertain",
-          "skipped")
-QUEUE_STATES = ("retrying", "error", "uncertain")
+STATES = tuple(PromptState)
+QUEUE_STATES = (PromptState.RETRYING, PromptState.ERROR, PromptState.UNCERTAIN)
 
 
 # -- the runs under a directory ------------------------------------------------------------------
@@ -109,8 +109,9 @@ def read_run_info(path: Path) -> RunInfo:
                        problem=str(exc))
     counts = Counter(s.state for s in rec.statuses.values())
     return RunInfo(path, path.name, route.get("provider"), manifest.get("model"),
-                   manifest.get("created_at_utc"), len(ids), counts["success"], counts["error"],
-                   counts["pending"], counts["uncertain"], evaluated)
+                   manifest.get("created_at_utc"), len(ids), counts[PromptState.SUCCESS],
+                   counts[PromptState.ERROR], counts[PromptState.PENDING],
+                   counts[PromptState.UNCERTAIN], evaluated)
 
 
 def list_runs(runs_dir: Path) -> list[RunInfo]:
@@ -309,7 +310,7 @@ def in_retry_queue(row: PromptRow) -> bool:
     A prompt stays in the queue through its retries until it succeeds, so a queue that is
     redrawn often does not churn as prompts go from waiting to in flight and back.
     """
-    return row.state in QUEUE_STATES or (row.state in ("in_flight", "saving")
+    return row.state in QUEUE_STATES or (row.state in (PromptState.IN_FLIGHT, PromptState.SAVING)
                                          and row.error is not None)
 
 
@@ -354,15 +355,16 @@ class RunProgress:
                   error: str | None = None, next_attempt_at: float | None = None,
                   note: str | None = None) -> None:
         row = self._row(prompt_id)
-        row.note = note if state == "success" else None
+        row.note = note if state == PromptState.SUCCESS else None
         if row.state != state:
             self.counts[row.state] -= 1
             self.counts[state] += 1
-            if state in ("success", "error") and row.state in ("in_flight", "saving",
-                                                                 "retrying"):
+            if state in (PromptState.SUCCESS, PromptState.ERROR) and row.state in (
+                    PromptState.IN_FLIGHT, PromptState.SAVING, PromptState.RETRYING):
                 self.finished_prompts += 1
         row.state, row.attempt = state, attempt
-        row.error = error if error is not None or state in ("success", "pending") else row.error
+        kept = error is not None or state in (PromptState.SUCCESS, PromptState.PENDING)
+        row.error = error if kept else row.error
         row.next_attempt_at = next_attempt_at
         self._dirty[prompt_id] = None
 

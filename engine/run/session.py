@@ -18,7 +18,8 @@ from engine.errors import ConfigError, ResumeRefused
 from engine.providers.credentials import Credential, resolve_credential
 from engine.run.plan import Plan, PlannedRequest, check_resumable, environment_dict, release_dict
 from engine.rundir.layout import BATCH_STATE
-from engine.rundir.records import ERROR, RUN_FORMAT, PromptStatus, Reconciled, RunDir, utc_now
+from engine.rundir.records import RUN_FORMAT, PromptStatus, Reconciled, RunDir, utc_now
+from engine.states import PromptState
 
 
 def build_manifest(plan: Plan, credential_source: str) -> dict[str, Any]:
@@ -123,10 +124,10 @@ class Session:
         if resuming:
             rec = self.run_dir.reconcile(plan.prompt_ids)
         else:  # just created: nothing to read back
-            rec = Reconciled(statuses={pid: PromptStatus(pid, "pending")
+            rec = Reconciled(statuses={pid: PromptStatus(pid, PromptState.PENDING)
                                        for pid in plan.prompt_ids})
         self.reconciled = rec
-        uncertain = [p for p in rec.by_state("uncertain") if only is None or p in only]
+        uncertain = [p for p in rec.by_state(PromptState.UNCERTAIN) if only is None or p in only]
         if uncertain and not c.retry_uncertain and not uncertain_held:
             raise ResumeRefused(
                 f"{len(uncertain)} prompt(s) were in flight when an earlier run stopped "
@@ -138,8 +139,8 @@ class Session:
             if (only is not None and req.prompt_id not in only) or req.prompt_id in held:
                 continue
             state = rec.statuses[req.prompt_id].state
-            if state == "pending" or (state == ERROR and c.retry_errors) or (
-                    state == "uncertain" and c.retry_uncertain):
+            if state == PromptState.PENDING or (state == PromptState.ERROR and c.retry_errors) or (
+                    state == PromptState.UNCERTAIN and c.retry_uncertain):
                 to_send.append(req)
         if c.max_new is not None:
             to_send = to_send[: c.max_new]

@@ -11,7 +11,8 @@ from typing import Any
 from engine.config import LiveRunConfig
 from engine.errors import ConfigError
 from engine.release.prices import PriceTable, load_prices, spent
-from engine.rundir.records import ERROR, SUCCESS, Reconciled, RunDir, utc_now
+from engine.rundir.records import Reconciled, RunDir, utc_now
+from engine.states import PromptState
 
 
 @dataclass
@@ -61,9 +62,9 @@ def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,
     return {
         "run_dir": str(run_dir.path),
         "selected": len(prompt_ids),
-        "success": counts[SUCCESS], "error": counts[ERROR],
-        "pending": counts["pending"], "uncertain": counts["uncertain"],
-        "complete": counts[SUCCESS] + counts[ERROR] == len(prompt_ids),
+        "success": counts[PromptState.SUCCESS], "error": counts[PromptState.ERROR],
+        "pending": counts[PromptState.PENDING], "uncertain": counts[PromptState.UNCERTAIN],
+        "complete": counts[PromptState.SUCCESS] + counts[PromptState.ERROR] == len(prompt_ids),
         "total_attempts": len(attempts),
         "empty_responses": sum(1 for r in responses if not (r.get("content") or "").strip()),
         "no_code_extracted": sum(1 for r in responses if not r.get("generated_code")),
@@ -78,7 +79,8 @@ def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,
                                 if not (r.get("content") or "").strip()),
         "usage": dict(usage),
         "cost": spent(prices, str(requested), dict(usage), batch=batch) if requested else None,
-        "errors": {pid: s.last_error for pid, s in rec.statuses.items() if s.state == ERROR},
+        "errors": {pid: s.last_error for pid, s in rec.statuses.items()
+                   if s.state == PromptState.ERROR},
         "updated_at_utc": utc_now(),
     }
 

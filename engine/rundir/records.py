@@ -19,11 +19,14 @@ from engine.rundir.storage import (
     read_jsonl,
     repair_torn_tail,
 )
+from engine.states import PromptState, RecordState
 
 RUN_FORMAT = "pqid-run/1"
 
-# Record states on disk. "uncertain" is never written: it is what "in_flight" means after a crash.
-IN_FLIGHT, RETRY_WAIT, SUCCESS, ERROR = "in_flight", "retry_wait", "success", "error"
+# Record states on disk (engine.states). "uncertain" is never written: it is what "in_flight"
+# means after a crash.
+IN_FLIGHT, RETRY_WAIT = RecordState.IN_FLIGHT, RecordState.RETRY_WAIT
+SUCCESS, ERROR = RecordState.SUCCESS, RecordState.ERROR
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 
 
@@ -40,7 +43,7 @@ class PromptStatus:
     """A prompt's state as reconciled from its record, the attempt log and the responses."""
 
     prompt_id: str
-    state: str  # "pending" | "success" | "error" | "uncertain"
+    state: PromptState  # pending, success, error or uncertain
     attempts: int = 0
     last_error: str | None = None
     record: dict[str, Any] | None = None
@@ -54,7 +57,7 @@ class Reconciled:
     response_ids: set[str] = field(default_factory=set)
     repaired: list[str] = field(default_factory=list)
 
-    def by_state(self, state: str) -> list[str]:
+    def by_state(self, state: PromptState) -> list[str]:
         return [pid for pid, s in self.statuses.items() if s.state == state]
 
 
@@ -232,7 +235,7 @@ class RunDir:
                              int(logged.get("attempt", 0)) if logged else 0)
             last_error = record.get("last_error") if record else None
             if pid in responses:
-                state = "success"
+                state = PromptState.SUCCESS
                 if repair and (record is None or record.get("state") != SUCCESS):
                     # Killed after the response line, before the record said so: settle it.
                     resp = responses[pid]
@@ -244,22 +247,22 @@ class RunDir:
                     self.write_record(record)
                     out.repaired.append(f"record of {pid}")
             elif record is None:
-                state = "pending"
+                state = PromptState.PENDING
             elif record["state"] == SUCCESS:
                 # A success record without its response line cannot be written by the runner
                 # (the response is appended first); treat it as needing a resend.
-                state = "pending"
+                state = PromptState.PENDING
             elif record["state"] == ERROR:
-                state = "error"
+                state = PromptState.ERROR
             elif record["state"] == RETRY_WAIT:
-                state = "pending"
+                state = PromptState.PENDING
             elif logged is not None and int(logged.get("attempt", 0)) >= int(
                     record.get("attempt", 0)):
                 decision = logged.get("decision")
-                state = "error" if decision == "terminal" else "pending"
+                state = PromptState.ERROR if decision == "terminal" else PromptState.PENDING
                 last_error = logged.get("error") or last_error
             else:
-                state = "uncertain"
+                state = PromptState.UNCERTAIN
             out.statuses[pid] = PromptStatus(pid, state, n_attempts, last_error, record)
         return out
 

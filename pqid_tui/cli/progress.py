@@ -12,13 +12,15 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from engine.states import PromptState
 from pqid_tui.textsafe import escape_controls
 
 if TYPE_CHECKING:
     from engine.events import BatchPolled, Event, ReplayFinished, RunStarted
 
 # The states shown on the line, in this order (prompts this invocation sends).
-SHOWN = ("in_flight", "retrying", "saving", "success", "error", "uncertain")
+SHOWN = (PromptState.IN_FLIGHT, PromptState.RETRYING, PromptState.SAVING,
+         PromptState.SUCCESS, PromptState.ERROR, PromptState.UNCERTAIN)
 LABELS = {"in_flight": "sending", "retrying": "retrying", "saving": "saving",
           "success": "ok", "error": "error", "uncertain": "uncertain"}
 BAR_WIDTH = 20
@@ -130,7 +132,7 @@ class LiveProgress(RedrawnLine):
             self.line(run_started_line(event))
         elif isinstance(event, PromptStateChanged):
             pid = event.prompt_id
-            if event.state == "in_flight" or pid in self.states:
+            if event.state == PromptState.IN_FLIGHT or pid in self.states:
                 before = self.states.get(pid)
                 self.states[pid] = event.state
                 ended = ("saving", "success", "error")
@@ -138,7 +140,7 @@ class LiveProgress(RedrawnLine):
                     self.finished += 1
                 elif event.state not in ended and before in ended:
                     self.finished -= 1  # sent again (a retry after saving failed)
-                self.draw(force=event.state in ("success", "error"))
+                self.draw(force=event.state in (PromptState.SUCCESS, PromptState.ERROR))
         elif isinstance(event, BatchPolled):
             self.line(batch_polled_line(event))
         elif isinstance(event, RunFinished):
@@ -149,7 +151,7 @@ class LiveProgress(RedrawnLine):
         """The progress line's text (no control sequences)."""
         total = max(self.total, len(self.states))
         done = min(self.finished, total)
-        counts = {state: 0 for state in SHOWN}
+        counts: dict[str, int] = {state: 0 for state in SHOWN}
         for state in self.states.values():
             if state in counts:
                 counts[state] += 1

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError
 from engine.providers.routes import DEFAULT_CONCURRENCY
+from engine.states import PromptState
 from pqid_tui.cli import default_release_dir
 from pqid_tui.cli.progress import batch_polled_line, run_finished_line, run_started_line
 from pqid_tui.textsafe import escape_controls
@@ -209,19 +210,19 @@ class ProgressPrinter:
             self._line(run_started_line(event))
         elif isinstance(event, PromptStateChanged):
             pid = event.prompt_id
-            if event.state == "in_flight":
+            if event.state == PromptState.IN_FLIGHT:
                 self.sent.add(pid)
                 self.answered.discard(pid)
                 self._line(f"[{self.done}/{self.total}] {pid}: sending "
                            f"(attempt {event.attempt})")
-            elif event.state == "retrying" and event.next_attempt_at:
+            elif event.state == PromptState.RETRYING and event.next_attempt_at:
                 wait = max(0.0, event.next_attempt_at - time.time())
                 self._line(f"[{self.done}/{self.total}] {pid}: "
                            f"{escape_controls(event.error or '')}; retry in {wait:.1f}s")
-            elif event.state == "saving" and pid in self.sent:
+            elif event.state == PromptState.SAVING and pid in self.sent:
                 self.answered.add(pid)
                 self._outcome(pid, "success" if event.error is None else "error", event.error)
-            elif event.state in ("success", "error") and pid in self.sent \
+            elif event.state in (PromptState.SUCCESS, PromptState.ERROR) and pid in self.sent \
                     and pid not in self.answered:
                 self.answered.add(pid)  # the batch path: no "saving" step
                 self._outcome(pid, event.state, event.error)
@@ -232,7 +233,7 @@ class ProgressPrinter:
 
     def _outcome(self, pid: str, state: str, error: str | None) -> None:
         self.done += 1
-        detail = "" if state == "success" else f": {escape_controls(error or '')}"
+        detail = "" if state == PromptState.SUCCESS else f": {escape_controls(error or '')}"
         self._line(f"[{self.done}/{self.total}] {pid}: {state}{detail}")
 
     def _line(self, text: str) -> None:

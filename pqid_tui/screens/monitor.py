@@ -17,6 +17,7 @@ from textual.widgets import Footer, Header, Input, Static
 from engine.config import LiveRunConfig
 from engine.errors import PqidError
 from engine.run.runs import RunProgress, resume_config
+from engine.states import PromptState
 from pqid_tui.messages import RunEnded
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.text import PROVIDER_TERMS, UNCERTAIN_EXPLANATION, describe_error
@@ -184,7 +185,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
             text.append(f"  {row.state.replace('_', ' ')}")
             if row.attempt:
                 text.append(f"  attempt {row.attempt}")
-            message = row.error if row.state != "success" else row.note
+            message = row.error if row.state != PromptState.SUCCESS else row.note
             if message:
                 text.append("\n")
                 text.append_text(plain(message))
@@ -233,9 +234,10 @@ backoff, ended in an error, or are uncertain, each with its last error.
         self.query_one("#run-title", Static).update(title)
         stats = Text()
         stats.append(f"{len(p.rows)} prompts  ")
-        for state in ("success", "error", "in_flight", "saving", "retrying", "pending",
-                      "uncertain"):
-            if state == "saving" and not c[state]:
+        for state in (PromptState.SUCCESS, PromptState.ERROR, PromptState.IN_FLIGHT,
+                      PromptState.SAVING, PromptState.RETRYING, PromptState.PENDING,
+                      PromptState.UNCERTAIN):
+            if state == PromptState.SAVING and not c[state]:
                 continue  # answered, evidence being written: a moment, shown only then
             stats.append(f"{state.replace('_', ' ')} {c[state]}  ")
         stats.append("\n")
@@ -314,7 +316,8 @@ backoff, ended in an error, or are uncertain, each with its last error.
                         "with u (retry uncertain), which explains the possible extra paid draw.",
                         severity="warning")
             return
-        pending = [pid for pid, row in self.progress.rows.items() if row.state == "pending"]
+        pending = [pid for pid, row in self.progress.rows.items()
+                   if row.state == PromptState.PENDING]
         if not pending:
             errors = counts["error"]
             self.notify("Nothing to resume: every prompt has an outcome" + (
@@ -404,24 +407,24 @@ backoff, ended in an error, or are uncertain, each with its last error.
     def action_retry_selected(self) -> None:
         ids = self.selected_prompts()
         states = {pid: self.progress.rows[pid].state for pid in ids if pid in self.progress.rows}
-        done = [pid for pid, st in states.items() if st == "success"]
-        ids = [pid for pid in states if states[pid] != "success"]
+        done = [pid for pid, st in states.items() if st == PromptState.SUCCESS]
+        ids = [pid for pid in states if states[pid] != PromptState.SUCCESS]
         if not ids:
             self.notify("Nothing to retry: " + ("a success is never sent again." if done else
                         "select a prompt (space marks several)."), severity="warning")
             return
-        self._retry(ids, errors=any(states[p] == "error" for p in ids),
-                    uncertain=any(states[p] == "uncertain" for p in ids))
+        self._retry(ids, errors=any(states[p] == PromptState.ERROR for p in ids),
+                    uncertain=any(states[p] == PromptState.UNCERTAIN for p in ids))
 
     def action_retry_errors(self) -> None:
-        ids = [pid for pid, row in self.progress.rows.items() if row.state == "error"]
+        ids = [pid for pid, row in self.progress.rows.items() if row.state == PromptState.ERROR]
         if not ids:
             self.notify("No prompt ended in a terminal error.", severity="warning")
             return
         self._retry(ids, errors=True, uncertain=False)
 
     def action_retry_uncertain(self) -> None:
-        ids = [pid for pid, row in self.progress.rows.items() if row.state == "uncertain"]
+        ids = [pid for pid, row in self.progress.rows.items() if row.state == PromptState.UNCERTAIN]
         if not ids:
             self.notify("No prompt is uncertain.", severity="warning")
             return

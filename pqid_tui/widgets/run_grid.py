@@ -22,6 +22,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from engine.run.runs import PromptRow, in_retry_queue
+from engine.states import PromptState
 from pqid_tui.textsafe import escape_controls
 
 # Theme variable behind each state's colour (resolved against the running theme).
@@ -31,8 +32,9 @@ STATE_VARIABLES = {
 }
 STATE_LABELS = {"in_flight": "in flight"}
 # The "state" sort: what needs attention first.
-STATE_ORDER = {state: i for i, state in enumerate(
-    ("error", "uncertain", "retrying", "in_flight", "saving", "pending", "skipped", "success"))}
+STATE_ORDER: dict[str, int] = {state: i for i, state in enumerate(
+    (PromptState.ERROR, PromptState.UNCERTAIN, PromptState.RETRYING, PromptState.IN_FLIGHT,
+     PromptState.SAVING, PromptState.PENDING, PromptState.SKIPPED, PromptState.SUCCESS))}
 
 
 def next_attempt_text(when: float | None) -> str:
@@ -158,7 +160,8 @@ class PromptTable(ScrollView, can_focus=True):
 
     # -- filter, search, sort ------------------------------------------------------------------
     SORT_CYCLE: ClassVar[tuple[str | None, ...]] = (None, "state", "prompt", "attempts")
-    ONLY_CYCLE: ClassVar[tuple[str | None, ...]] = (None, "error", "uncertain", "retrying")
+    ONLY_CYCLE: ClassVar[tuple[str | None, ...]] = (None, PromptState.ERROR, PromptState.UNCERTAIN,
+                                                    PromptState.RETRYING)
     SORTS: ClassVar[dict[str, Callable[[PromptRow], tuple[object, ...]]]] = {
         "prompt": lambda r: (r.prompt_id,),
         "state": lambda r: (STATE_ORDER.get(r.state, 99), r.prompt_id),
@@ -264,9 +267,9 @@ class PromptTable(ScrollView, can_focus=True):
                 "prompt": row.prompt_id,
                 "state": STATE_LABELS.get(row.state, row.state),
                 "attempt": str(row.attempt or ""),
-                "next": next_attempt_text(row.next_attempt_at if row.state == "retrying"
+                "next": next_attempt_text(row.next_attempt_at if row.state == PromptState.RETRYING
                                           else None),
-                "error": (row.error or "") if row.state != "success" else (
+                "error": (row.error or "") if row.state != PromptState.SUCCESS else (
                     f"⚠ {row.note}" if row.note else "")}
 
     def cursor_prompt(self) -> str | None:

@@ -30,11 +30,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.events import PromptState, PromptStateChanged, RunStarted
+from engine.events import PromptStateChanged, RunStarted
 from engine.run.runs import RunProgress
+from engine.states import PromptState
 
 TICK = 0.010
-STATES: tuple[PromptState, ...] = ("in_flight", "retrying") * 4 + ("in_flight", "success")
+STATES: tuple[PromptState, ...] = ((PromptState.IN_FLIGHT, PromptState.RETRYING) * 4
+                                   + (PromptState.IN_FLIGHT, PromptState.SUCCESS))
 
 
 class FrameDelays:
@@ -78,7 +80,7 @@ def events_for(prompt_ids: list[str], count: int) -> list[PromptStateChanged]:
     per_prompt = max(1, count // len(prompt_ids))
     for step in range(per_prompt):
         state: PromptState = (STATES[min(step, len(STATES) - 1)] if step < per_prompt - 1
-                              else "success")
+                              else PromptState.SUCCESS)
         for pid in prompt_ids:
             error = "rate_limited: HTTP 429: slow down" if state == "retrying" else None
             out.append(PromptStateChanged(pid, state, step // 2 + 1, error,
