@@ -1,6 +1,6 @@
 """pqid-tui's headless engine: releases, plans, live runs, replay and comparison.
 
-    from engine import LiveRunConfig, plan_live_model_run, run_live_model
+from engine import LiveRunConfig, plan_live_model_run, run_live_model
 """
 
 from __future__ import annotations
@@ -21,19 +21,40 @@ if TYPE_CHECKING:
 
 # Loaded on first use: `import engine.errors` (every command does) must not pay for pydantic
 # and httpx, which only some commands need.
-_LAZY = {"LiveRunConfig": "engine.config", "make_config": "engine.config",
-         "build_plan": "engine.run.plan", "plan_live_model_run": "engine.run.plan",
-         "Release": "engine.release", "load_release": "engine.release",
-         "RunControl": "engine.run.live", "RunResult": "engine.run.live",
-         "run_live_model": "engine.run.live", "run_live_model_async": "engine.run.live",
-         "Comparison": "engine.replay.compare", "Reproduction": "engine.replay.reproduce",
-         "trace_run": "engine.release.trace"}
+_LAZY = {
+    "LiveRunConfig": "engine.config",
+    "make_config": "engine.config",
+    "build_plan": "engine.run.plan",
+    "plan_live_model_run": "engine.run.plan",
+    "Release": "engine.release",
+    "load_release": "engine.release",
+    "RunControl": "engine.run.live",
+    "RunResult": "engine.run.live",
+    "run_live_model": "engine.run.live",
+    "run_live_model_async": "engine.run.live",
+    "Comparison": "engine.replay.compare",
+    "Reproduction": "engine.replay.reproduce",
+    "trace_run": "engine.release.trace",
+}
 
 # The operations named like their modules (compare, replay, reproduce, rescore) are imported
 # from those modules: `engine.replay.compare` must stay the module whatever was imported first.
-__all__ = ["Comparison", "LiveRunConfig", "Release", "Reproduction", "RunControl", "RunResult",
-           "__version__", "build_plan", "load_release", "make_config", "plan_live_model_run",
-           "run_live_model", "run_live_model_async", "trace_run"]
+__all__ = [
+    "Comparison",
+    "LiveRunConfig",
+    "Release",
+    "Reproduction",
+    "RunControl",
+    "RunResult",
+    "__version__",
+    "build_plan",
+    "load_release",
+    "make_config",
+    "plan_live_model_run",
+    "run_live_model",
+    "run_live_model_async",
+    "trace_run",
+]
 
 
 def __getattr__(name: str) -> Any:

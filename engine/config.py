@@ -18,12 +18,25 @@ from engine.providers.routes import MAX_OUTPUT_FIELDS, PRESETS, check_extra_body
 # OpenAI-compatible routes), no seed; its Anthropic runner never sent top_p.
 GENERATION_CONTRACTS: dict[str, dict[str, dict[str, Any]]] = {
     "pqid-bench": {
-        "openai-chat": {"temperature": 0.0, "top_p": 1.0, "max_output_tokens": 2048,
-                        "max_output_field": "max_tokens", "seed": None},
-        "anthropic-messages": {"temperature": 0.0, "omit_top_p": True,
-                               "max_output_tokens": 2048, "seed": None},
-        "gemini-generate": {"temperature": 0.0, "top_p": 1.0, "max_output_tokens": 2048,
-                            "seed": None},
+        "openai-chat": {
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "max_output_tokens": 2048,
+            "max_output_field": "max_tokens",
+            "seed": None,
+        },
+        "anthropic-messages": {
+            "temperature": 0.0,
+            "omit_top_p": True,
+            "max_output_tokens": 2048,
+            "seed": None,
+        },
+        "gemini-generate": {
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "max_output_tokens": 2048,
+            "seed": None,
+        },
     },
 }
 
@@ -94,8 +107,9 @@ class LiveRunConfig(BaseModel):
         for key, value in preset.items():
             # An explicit value wins; so does an explicit top_p or temperature over the
             # preset's omitting it.
-            explicit = key in data or (key.startswith("omit_")
-                                       and key.removeprefix("omit_") in data)
+            explicit = key in data or (
+                key.startswith("omit_") and key.removeprefix("omit_") in data
+            )
             if not explicit:
                 out[key] = value
         return out

@@ -1,26 +1,26 @@
 """The engine's exception tree.
 
-    PqidError                    anything the engine raises on purpose
-    +-- UsageError               the user can fix it; the batch mode exits 2 with the message
-    |   +-- ReleaseError         a release that is missing, malformed or fails verification
-    |   +-- ConfigError          an invalid run configuration, route or setting
-    |   +-- CredentialError      no credential, or a credential where none may be
-    |   +-- ResumeRefused        an output directory that cannot be (re)used as asked
-    |   +-- InputError           a responses or evaluations file that cannot be read
-    |   +-- CompareRefused       a comparison that would not be on the same footing
-    |   +-- RunWriteError        the run's evidence could not be written (disk full, ...)
-    |   +-- BatchApiError        the Batch API's Files or Batches endpoint refused or was down
-    |   +-- ImageBuildError      the evaluator image could not be built
-    |   +-- EnvironmentMismatch  the image's Python is not the release's pinned one
-    +-- DockerUnavailable        no Docker Engine reachable (also a UsageError: start it)
-    +-- EvaluatorFailed          the evaluator could not evaluate anything (exit 1, not 2)
-    +-- ProviderError            one provider attempt failed (carried in attempt records)
+PqidError                    anything the engine raises on purpose
++-- UsageError               the user can fix it; the batch mode exits 2 with the message
+|   +-- ReleaseError         a release that is missing, malformed or fails verification
+|   +-- ConfigError          an invalid run configuration, route or setting
+|   +-- CredentialError      no credential, or a credential where none may be
+|   +-- ResumeRefused        an output directory that cannot be (re)used as asked
+|   +-- InputError           a responses or evaluations file that cannot be read
+|   +-- CompareRefused       a comparison that would not be on the same footing
+|   +-- RunWriteError        the run's evidence could not be written (disk full, ...)
+|   +-- BatchApiError        the Batch API's Files or Batches endpoint refused or was down
+|   +-- ImageBuildError      the evaluator image could not be built
+|   +-- EnvironmentMismatch  the image's Python is not the release's pinned one
++-- DockerUnavailable        no Docker Engine reachable (also a UsageError: start it)
++-- EvaluatorFailed          the evaluator could not evaluate anything (exit 1, not 2)
++-- ProviderError            one provider attempt failed (carried in attempt records)
 
-    Interrupted (a KeyboardInterrupt)   Ctrl-C stopped a replay after its containers were
-                                        removed; says what, if anything, is left
+Interrupted (a KeyboardInterrupt)   Ctrl-C stopped a replay after its containers were
+                                    removed; says what, if anything, is left
 
-    SendTimeout, SendFailed      a transport's answer to one request (the runner turns them
-                                 into a ProviderError of that attempt; never shown as such)
+SendTimeout, SendFailed      a transport's answer to one request (the runner turns them
+                             into a ProviderError of that attempt; never shown as such)
 """
 
 from __future__ import annotations
@@ -81,8 +81,15 @@ class DockerUnavailable(UsageError):
 class ProviderError(PqidError):
     """One provider attempt failed; `retryable` says whether another attempt may follow."""
 
-    def __init__(self, error_class: str, message: str, *, retryable: bool,
-                 status: int | None = None, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        error_class: str,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.error_class = error_class
         self.message = message
@@ -98,8 +105,7 @@ class BatchApiError(UsageError):
     `transient` marks a failure that waiting may cure (5xx, 429, connection, timeout).
     """
 
-    def __init__(self, message: str, *, status: int | None = None,
-                 transient: bool = False) -> None:
+    def __init__(self, message: str, *, status: int | None = None, transient: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.transient = transient
@@ -129,8 +135,9 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C stopped the runner, which removed its containers; `left`: those it could not,
     found by the Docker label `label` set to `run_id`."""
 
-    def __init__(self, run_id: str, left: Sequence[str] = (), *,
-                 label: str = "pqid-tui.run") -> None:
+    def __init__(
+        self, run_id: str, left: Sequence[str] = (), *, label: str = "pqid-tui.run"
+    ) -> None:
         super().__init__()
         self.run_id = run_id
         self.left = tuple(left)
@@ -140,6 +147,8 @@ class Interrupted(KeyboardInterrupt):
         """One line for the user: that nothing is left, or what is and how to remove it."""
         if not self.left:
             return "interrupted; no evaluator container is left"
-        return (f"interrupted; left behind: {', '.join(self.left)}; remove with "
-                f"`docker rm -f $(docker ps -aq --filter label={self.label}={self.run_id})` "
-                "(the next replay also removes it)")
+        return (
+            f"interrupted; left behind: {', '.join(self.left)}; remove with "
+            f"`docker rm -f $(docker ps -aq --filter label={self.label}={self.run_id})` "
+            "(the next replay also removes it)"
+        )

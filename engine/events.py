@@ -113,7 +113,15 @@ class ReplayFinished:
 
 
 Event: TypeAlias = (
-    RunStarted | PromptStateChanged | AttemptFinished | RunFinished | BatchPolled
-    | ImageBuildLog | ImageReady | EvaluationStarted | EvaluationFinished | ReplayFinished
+    RunStarted
+    | PromptStateChanged
+    | AttemptFinished
+    | RunFinished
+    | BatchPolled
+    | ImageBuildLog
+    | ImageReady
+    | EvaluationStarted
+    | EvaluationFinished
+    | ReplayFinished
 )
 ProgressCallback: TypeAlias = Callable[[Event], None]

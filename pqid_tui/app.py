@@ -49,14 +49,20 @@ class PqidApp(App[int]):
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
-    def __init__(self, release_dir: Path, runs_dir: Path, *,
-                 transport: httpx.AsyncBaseTransport | None = None,
-                 replay_service: ReplayService | None = None,
-                 env: Mapping[str, str] | None = None,
-                 clock: Callable[[], float] = time.time,
-                 flush_interval: float = 0.1,
-                 base_image: str | None = None, wheelhouse: str | None = None,
-                 settings_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        release_dir: Path,
+        runs_dir: Path,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        replay_service: ReplayService | None = None,
+        env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+        flush_interval: float = 0.1,
+        base_image: str | None = None,
+        wheelhouse: str | None = None,
+        settings_path: Path | None = None,
+    ) -> None:
         super().__init__()
         # Remembered choices: a file for the CLI's app, memory only for a test's.
         self.settings = Settings(settings_path)
@@ -64,7 +70,8 @@ class PqidApp(App[int]):
         # last ones used; the screen writes back what the user types.
         self.replay_image: dict[str, str] = {
             "base_image": base_image or self.settings.get("base_image") or "",
-            "wheelhouse": wheelhouse or self.settings.get("wheelhouse") or ""}
+            "wheelhouse": wheelhouse or self.settings.get("wheelhouse") or "",
+        }
         self.release_dir = Path(release_dir)
         self.runs_dir = Path(runs_dir)
         self.transport = transport
@@ -102,12 +109,18 @@ class PqidApp(App[int]):
         return progress
 
     @work(exclusive=True, group="run", exit_on_error=False)
-    async def run_worker_task(self, config: LiveRunConfig,
-                              only: tuple[str, ...] | None) -> RunResult:
+    async def run_worker_task(
+        self, config: LiveRunConfig, only: tuple[str, ...] | None
+    ) -> RunResult:
         assert self.session.progress is not None
-        return await resend_async(config, only, transport=self.transport,
-                                  progress=self.run_events(self.session.progress),
-                                  control=self.session.control, env=self.env)
+        return await resend_async(
+            config,
+            only,
+            transport=self.transport,
+            progress=self.run_events(self.session.progress),
+            control=self.session.control,
+            env=self.env,
+        )
 
     @staticmethod
     def run_events(progress: RunProgress) -> ProgressCallback:
@@ -119,6 +132,7 @@ class PqidApp(App[int]):
         quarter of a second each, several seconds in all) are the stalls a user sees. The run
         worker's end unfreezes it.
         """
+
         def on_event(event: Event) -> None:
             progress.apply(event)
             if isinstance(event, RunStarted):
@@ -129,8 +143,9 @@ class PqidApp(App[int]):
     def report_worker_error(self, worker: Worker[Any]) -> str:
         """Show why a worker failed (every screen's failed workers come here); the message."""
         message = describe_error(worker.error) if worker.error else UNKNOWN_ERROR
-        self.notify(message, title=f"{worker.group} failed", severity="error", markup=False,
-                    timeout=12)
+        self.notify(
+            message, title=f"{worker.group} failed", severity="error", markup=False, timeout=12
+        )
         return message
 
     @on(Worker.StateChanged)
@@ -145,8 +160,11 @@ class PqidApp(App[int]):
         config = self.session.config
         if worker.group == "run" and worker.is_finished and config is not None:
             result = worker.result if event.state == WorkerState.SUCCESS else None
-            self.post_message(RunEnded(str(config.output_dir),
-                                       result.summary if result else None, self.session.error))
+            self.post_message(
+                RunEnded(
+                    str(config.output_dir), result.summary if result else None, self.session.error
+                )
+            )
             if self._exit_after_run:
                 self.exit(0)
 
@@ -218,19 +236,29 @@ class PqidApp(App[int]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         # Textual's own "Theme" picker is left out: the app has two themes, one toggle.
-        yield from (c for c in super().get_system_commands(screen)
-                    if c.callback != self.action_change_theme)
-        yield SystemCommand("home: go home", "Back to the release and the list of runs",
-                            self.go_home)
+        yield from (
+            c for c in super().get_system_commands(screen) if c.callback != self.action_change_theme
+        )
+        yield SystemCommand(
+            "home: go home", "Back to the release and the list of runs", self.go_home
+        )
         yield SystemCommand("run: new", "Plan and start a new run", lambda: self.open_screen("new"))
-        yield SystemCommand("credentials: open", "Where each route's key comes from; set or "
-                            "delete keyring entries", lambda: self.open_screen("credentials"))
-        yield SystemCommand("replay: open", "Docker status, image build, replay and compare",
-                            lambda: self.open_screen("replay"))
-        yield SystemCommand("theme: toggle dark/light", "Switch between the dark and the light "
-                            "theme", self.action_toggle_theme)
-        yield SystemCommand("help: show", "Key bindings and help for this screen",
-                            self.action_help)
+        yield SystemCommand(
+            "credentials: open",
+            "Where each route's key comes from; set or delete keyring entries",
+            lambda: self.open_screen("credentials"),
+        )
+        yield SystemCommand(
+            "replay: open",
+            "Docker status, image build, replay and compare",
+            lambda: self.open_screen("replay"),
+        )
+        yield SystemCommand(
+            "theme: toggle dark/light",
+            "Switch between the dark and the light theme",
+            self.action_toggle_theme,
+        )
+        yield SystemCommand("help: show", "Key bindings and help for this screen", self.action_help)
         commands = getattr(screen, "palette_commands", None)
         if commands is not None:
             yield from commands()
@@ -252,15 +280,22 @@ class PqidApp(App[int]):
             if stop:
                 self._exit_after_run = True
                 self.session.stop()
-                self.notify("Stopping: waiting for the requests in flight, then quitting. "
-                            "Quit again to leave now (those prompts then resume as uncertain).",
-                            timeout=30)
+                self.notify(
+                    "Stopping: waiting for the requests in flight, then quitting. "
+                    "Quit again to leave now (those prompts then resume as uncertain).",
+                    timeout=30,
+                )
 
-        await self.push_screen(ConfirmScreen(
-            "A run is in progress. Stop it and quit?",
-            "Stopping lets the requests in flight finish and sends no new ones. The run "
-            "directory stays resumable: open it again, or use --resume in the batch mode.",
-            yes="Stop the run and quit", no="Keep running"), answer)
+        await self.push_screen(
+            ConfirmScreen(
+                "A run is in progress. Stop it and quit?",
+                "Stopping lets the requests in flight finish and sends no new ones. The run "
+                "directory stays resumable: open it again, or use --resume in the batch mode.",
+                yes="Stop the run and quit",
+                no="Keep running",
+            ),
+            answer,
+        )
 
     # -- for drivers that hold only the app (the benchmarks); screens use `session` ------------
     @property
@@ -280,33 +315,49 @@ class PqidApp(App[int]):
         self.session.stop()
 
 
-def make_app(release_dir: Path | str | None = None, runs_dir: Path | str | None = None, *,
-             transport: httpx.AsyncBaseTransport | None = None,
-             replay_service: ReplayService | None = None,
-             env: Mapping[str, str] | None = None,
-             clock: Callable[[], float] = time.time,
-             flush_interval: float = 0.1,
-             base_image: str | None = None, wheelhouse: str | None = None,
-             settings_path: Path | None = None) -> PqidApp:
+def make_app(
+    release_dir: Path | str | None = None,
+    runs_dir: Path | str | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    replay_service: ReplayService | None = None,
+    env: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.time,
+    flush_interval: float = 0.1,
+    base_image: str | None = None,
+    wheelhouse: str | None = None,
+    settings_path: Path | None = None,
+) -> PqidApp:
     """The app over these engine objects; the CLI and the tests both build it here."""
     if release_dir is None:
         from engine.demo import DEMO_RELEASE_DIR
 
         release_dir = DEMO_RELEASE_DIR
-    return PqidApp(Path(release_dir), Path(runs_dir) if runs_dir else default_runs_dir(),
-                   transport=transport, replay_service=replay_service, env=env, clock=clock,
-                   flush_interval=flush_interval, base_image=base_image, wheelhouse=wheelhouse,
-                   settings_path=settings_path)
+    return PqidApp(
+        Path(release_dir),
+        Path(runs_dir) if runs_dir else default_runs_dir(),
+        transport=transport,
+        replay_service=replay_service,
+        env=env,
+        clock=clock,
+        flush_interval=flush_interval,
+        base_image=base_image,
+        wheelhouse=wheelhouse,
+        settings_path=settings_path,
+    )
 
 
 def run_app(ns: argparse.Namespace) -> int:
     """Run the app for `pqid-tui [--release-dir R] [--runs-dir D]`; the exit code."""
     from pqid_tui.settings import default_settings_path
 
-    app = make_app(getattr(ns, "release_dir", None), getattr(ns, "runs_dir", None),
-                   base_image=getattr(ns, "base_image", None),
-                   wheelhouse=getattr(ns, "wheelhouse", None),
-                   settings_path=default_settings_path())
+    app = make_app(
+        getattr(ns, "release_dir", None),
+        getattr(ns, "runs_dir", None),
+        base_image=getattr(ns, "base_image", None),
+        wheelhouse=getattr(ns, "wheelhouse", None),
+        settings_path=default_settings_path(),
+    )
     result = app.run()
     return int(result or 0)
 

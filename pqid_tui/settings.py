@@ -56,7 +56,8 @@ class Settings:
             from engine.rundir.storage import atomic_write_bytes
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(self.path, (json.dumps(self.values, indent=2, sort_keys=True)
-                                           + "\n").encode())
+            atomic_write_bytes(
+                self.path, (json.dumps(self.values, indent=2, sort_keys=True) + "\n").encode()
+            )
         except OSError:
             pass

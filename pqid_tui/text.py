@@ -15,7 +15,8 @@ UNCERTAIN_EXPLANATION = (
     "An uncertain prompt was in flight when an earlier run stopped: the request may have "
     "reached the provider, been answered and been billed, but no reply was recorded. "
     "Sending it again is a possible extra paid draw, and the new answer, not the lost one, "
-    "becomes the prompt's response. The uncertain attempt stays in the attempt history.")
+    "becomes the prompt's response. The uncertain attempt stays in the attempt history."
+)
 
 # What sending prompts to a provider's route agrees to (the form's acknowledgement, the
 # monitor's confirmation of a retry or resume).
@@ -35,5 +36,10 @@ def describe_error(exc: BaseException) -> str:
     return escape_controls(text)
 
 
-__all__ = ["PROVIDER_TERMS", "RUN_IN_PROGRESS", "UNCERTAIN_EXPLANATION", "UNKNOWN_ERROR",
-           "describe_error"]
+__all__ = [
+    "PROVIDER_TERMS",
+    "RUN_IN_PROGRESS",
+    "UNCERTAIN_EXPLANATION",
+    "UNKNOWN_ERROR",
+    "describe_error",
+]

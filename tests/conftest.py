@@ -49,23 +49,45 @@ def secret_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     home = tmp_path_factory.mktemp("keyring-home")
     runtime = home / "run"
     runtime.mkdir(mode=0o700)
-    env = {**os.environ, "HOME": str(home), "XDG_DATA_HOME": str(home / "data"),
-           "XDG_RUNTIME_DIR": str(runtime), "XDG_CONFIG_HOME": str(home / "config")}
-    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"],
-                           stdout=subprocess.PIPE, env=env, text=True)
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_DATA_HOME": str(home / "data"),
+        "XDG_RUNTIME_DIR": str(runtime),
+        "XDG_CONFIG_HOME": str(home / "config"),
+    }
+    bus = subprocess.Popen(
+        ["dbus-daemon", "--session", "--nofork", "--print-address=1"],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     assert bus.stdout is not None
     address = bus.stdout.readline().strip()
     env["DBUS_SESSION_BUS_ADDRESS"] = address
     daemon = subprocess.run(
         ["gnome-keyring-daemon", "--unlock", "--components=secrets", "--daemonize"],
-        input="test-keyring-password", env=env, capture_output=True, text=True, timeout=30)
+        input="test-keyring-password",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if daemon.returncode != 0:
         bus.kill()
         bus.wait()
         bus.stdout.close()
         pytest.fail(f"gnome-keyring-daemon failed: {daemon.stderr}")
-    keyring_env = {k: env[k] for k in ("HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR",
-                                       "XDG_CONFIG_HOME", "DBUS_SESSION_BUS_ADDRESS")}
+    keyring_env = {
+        k: env[k]
+        for k in (
+            "HOME",
+            "XDG_DATA_HOME",
+            "XDG_RUNTIME_DIR",
+            "XDG_CONFIG_HOME",
+            "DBUS_SESSION_BUS_ADDRESS",
+        )
+    }
     keyring_env["PYTHON_KEYRING_BACKEND"] = "keyring.backends.SecretService.Keyring"
     try:
         yield keyring_env
@@ -80,8 +102,7 @@ def secret_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
 
 
 @pytest.fixture
-def real_keyring(secret_service: dict[str, str], monkeypatch: pytest.MonkeyPatch
-                 ) -> dict[str, str]:
+def real_keyring(secret_service: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Point this process's keyring library at the real Secret Service."""
     for key, value in secret_service.items():
         monkeypatch.setenv(key, value)
@@ -94,11 +115,19 @@ def real_keyring(secret_service: dict[str, str], monkeypatch: pytest.MonkeyPatch
     keyring.set_keyring(previous)
 
 
-def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, env: dict[str, str] | None = None, input: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Run `pqid-tui` as a user would, in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "pqid_tui", *args], capture_output=True,
-                          text=True, env=env, input=input, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "pqid_tui", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        input=input,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 # -- Docker: shared by every test module marked `docker` -------------------------------------
@@ -126,8 +155,10 @@ def docker_client() -> Iterator[Any]:
         client.images.get(BASE_IMAGE)
     except ImageNotFound:
         client.close()
-        pytest.fail(f"the base image {BASE_IMAGE} is missing: build it with .ci/base-image "
-                    "(no registry is needed)")
+        pytest.fail(
+            f"the base image {BASE_IMAGE} is missing: build it with .ci/base-image "
+            "(no registry is needed)"
+        )
     yield client
     client.close()
 
@@ -137,8 +168,9 @@ def image(docker_client: Any) -> str:
     """The evaluator image for the current sources, built once (reused when the tag exists)."""
     from engine.replay.docker import DockerEvaluatorRunner
 
-    runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=_wheelhouse(),
-                                   client=docker_client)
+    runner = DockerEvaluatorRunner(
+        base_image=BASE_IMAGE, wheelhouse=_wheelhouse(), client=docker_client
+    )
     return runner.ensure_image(build=True)
 
 
@@ -176,8 +208,10 @@ def pqid_bench(tmp_path_factory: pytest.TempPathFactory) -> PqidBenchCopies:
     into these folders: copy what they modify into their own tmp_path."""
     unpack = SHARED_PQID_BENCH / "unpack"
     if not unpack.is_file():
-        pytest.skip(f"PQID-Bench v1.0.0 copies not found at {SHARED_PQID_BENCH} (only the "
-                    "project's CI and development machines have ../shared)")
+        pytest.skip(
+            f"PQID-Bench v1.0.0 copies not found at {SHARED_PQID_BENCH} (only the "
+            "project's CI and development machines have ../shared)"
+        )
     dest = tmp_path_factory.mktemp("pqid-bench-1.0.0")
     subprocess.run(["sh", str(unpack), str(dest)], check=True, capture_output=True, timeout=600)
     return PqidBenchCopies(dest)
@@ -202,13 +236,19 @@ def pqid_bench_image(docker_client: Any) -> str:
     try:
         docker_client.images.get(PQID_BENCH_BASE_IMAGE)
     except ImageNotFound:
-        pytest.fail(f"the base image {PQID_BENCH_BASE_IMAGE} is missing: build it with "
-                    "`.ci/base-image pqid-base:trixie trixie` (no registry is needed)")
+        pytest.fail(
+            f"the base image {PQID_BENCH_BASE_IMAGE} is missing: build it with "
+            "`.ci/base-image pqid-base:trixie trixie` (no registry is needed)"
+        )
     python, pins = read_pin_file(environments_dir() / PQID_BENCH_PINS)
     wheelhouse = WHEELHOUSE_PY313 if any(WHEELHOUSE_PY313.glob("*.whl")) else None
-    runner = DockerEvaluatorRunner(base_image=PQID_BENCH_BASE_IMAGE, wheelhouse=wheelhouse,
-                                   requirements=pins, python_version=python,
-                                   client=docker_client)
+    runner = DockerEvaluatorRunner(
+        base_image=PQID_BENCH_BASE_IMAGE,
+        wheelhouse=wheelhouse,
+        requirements=pins,
+        python_version=python,
+        client=docker_client,
+    )
     return runner.ensure_image(build=True)
 
 
@@ -220,8 +260,12 @@ def pqid_bench_runner(docker_client: Any, pqid_bench_image: str) -> Any:
 
     python, pins = read_pin_file(environments_dir() / PQID_BENCH_PINS)
     wheelhouse = WHEELHOUSE_PY313 if any(WHEELHOUSE_PY313.glob("*.whl")) else None
-    runner = DockerEvaluatorRunner(base_image=PQID_BENCH_BASE_IMAGE, wheelhouse=wheelhouse,
-                                   requirements=pins, python_version=python,
-                                   client=docker_client)
+    runner = DockerEvaluatorRunner(
+        base_image=PQID_BENCH_BASE_IMAGE,
+        wheelhouse=wheelhouse,
+        requirements=pins,
+        python_version=python,
+        client=docker_client,
+    )
     runner.ensure_image(build=False)
     return runner

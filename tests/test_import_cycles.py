@@ -74,8 +74,10 @@ def describe(graph: grimp.ImportGraph, component: frozenset[str]) -> str:
     for importer in sorted(component):
         for imported in sorted(graph.find_modules_directly_imported_by(importer) & component):
             for detail in graph.get_import_details(importer=importer, imported=imported):
-                lines.append(f"  {importer}:{detail['line_number']} -> {imported}  "
-                             f"({detail['line_contents']})")
+                lines.append(
+                    f"  {importer}:{detail['line_number']} -> {imported}  "
+                    f"({detail['line_contents']})"
+                )
     return "\n".join(lines)
 
 
@@ -84,20 +86,25 @@ def test_no_import_cycle_in_the_product() -> None:
     found = set(cycles(graph))
     new = found - KNOWN_CYCLES
     gone = KNOWN_CYCLES - found
-    assert not new, "import cycles:\n" + "\n".join(describe(graph, c) for c in sorted(
-        new, key=sorted))
-    assert not gone, ("these known cycles are gone (or changed): delete them from KNOWN_CYCLES: "
-                      + ", ".join(" <-> ".join(sorted(c)) for c in sorted(gone, key=sorted)))
+    assert not new, "import cycles:\n" + "\n".join(
+        describe(graph, c) for c in sorted(new, key=sorted)
+    )
+    assert not gone, (
+        "these known cycles are gone (or changed): delete them from KNOWN_CYCLES: "
+        + ", ".join(" <-> ".join(sorted(c)) for c in sorted(gone, key=sorted))
+    )
 
 
 def test_screens_name_the_app_only_for_the_type_checker() -> None:
     # The screens' `if TYPE_CHECKING: from pqid_tui.app import PqidApp` is in the source, so
     # a graph that counted it would hold the app <-> screens cycle that this rule avoids.
     counted = grimp.build_graph("pqid_tui", exclude_type_checking_imports=False, cache_dir=None)
-    assert counted.direct_import_exists(importer="pqid_tui.screens.monitor",
-                                        imported="pqid_tui.app")
-    assert not import_graph().direct_import_exists(importer="pqid_tui.screens.monitor",
-                                                   imported="pqid_tui.app")
+    assert counted.direct_import_exists(
+        importer="pqid_tui.screens.monitor", imported="pqid_tui.app"
+    )
+    assert not import_graph().direct_import_exists(
+        importer="pqid_tui.screens.monitor", imported="pqid_tui.app"
+    )
 
 
 def test_cycles_finds_lazy_and_long_cycles() -> None:

@@ -37,31 +37,54 @@ def _model_ids(payload: Any) -> list[str]:
     return ids
 
 
-async def check_provider(route: Route, credential: Credential, model: str | None = None, *,
-                         transport: httpx.AsyncBaseTransport | None = None,
-                         timeout: float = 20.0) -> dict[str, Any]:
+async def check_provider(
+    route: Route,
+    credential: Credential,
+    model: str | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    timeout: float = 20.0,
+) -> dict[str, Any]:
     """Call the provider's model list once; the report never contains the key."""
-    headers = {"User-Agent": f"pqid-tui/{__version__}", **route.headers,
-               **adapter_for(route).auth_headers(route, credential.secret)}
+    headers = {
+        "User-Agent": f"pqid-tui/{__version__}",
+        **route.headers,
+        **adapter_for(route).auth_headers(route, credential.secret),
+    }
     url = models_url(route)
-    report: dict[str, Any] = {"route": route.name, "url": url.split("?", 1)[0],
-                              "credential_source": credential.source, "model": model}
+    report: dict[str, Any] = {
+        "route": route.name,
+        "url": url.split("?", 1)[0],
+        "credential_source": credential.source,
+        "model": model,
+    }
     try:
-        async with httpx.AsyncClient(transport=transport, timeout=timeout,
-                                     trust_env=False) as client:
+        async with httpx.AsyncClient(
+            transport=transport, timeout=timeout, trust_env=False
+        ) as client:
             response = await client.get(url, headers=headers)
     except httpx.HTTPError as exc:
-        report.update(reachable=False, authenticated=None, model_listed=None,
-                      error=f"{exc.__class__.__name__}: cannot reach {report['url']}")
+        report.update(
+            reachable=False,
+            authenticated=None,
+            model_listed=None,
+            error=f"{exc.__class__.__name__}: cannot reach {report['url']}",
+        )
         return report
     report.update(reachable=True, status=response.status_code)
     if response.status_code in (401, 403):
-        report.update(authenticated=False, model_listed=None,
-                      error=f"HTTP {response.status_code}: the key was refused")
+        report.update(
+            authenticated=False,
+            model_listed=None,
+            error=f"HTTP {response.status_code}: the key was refused",
+        )
         return report
     if response.status_code >= 400:
-        report.update(authenticated=None, model_listed=None,
-                      error=f"HTTP {response.status_code} from the model list")
+        report.update(
+            authenticated=None,
+            model_listed=None,
+            error=f"HTTP {response.status_code} from the model list",
+        )
         return report
     try:
         ids = _model_ids(response.json())

@@ -42,8 +42,9 @@ def _clean(secret: str, where: str) -> str:
     if not secret:
         raise CredentialError(f"{where} is empty")
     if any(c.isspace() for c in secret) or not secret.isprintable():
-        raise CredentialError(f"{where} holds more than one line or unprintable characters;"
-                              " it must hold only the key")
+        raise CredentialError(
+            f"{where} holds more than one line or unprintable characters; it must hold only the key"
+        )
     return secret
 
 
@@ -54,9 +55,10 @@ def keyring_get(route_name: str, env_var: str | None = None) -> str | None:
         return value if isinstance(value, str) else None
     except errors.KeyringError as exc:
         other = f"${env_var}" if env_var else "the route's environment variable"
-        raise CredentialError(f"the OS keyring could not be read ({exc.__class__.__name__}: {exc})"
-                              f"; unlock it, or set {other} or pass --api-key-file"
-                              ) from None
+        raise CredentialError(
+            f"the OS keyring could not be read ({exc.__class__.__name__}: {exc})"
+            f"; unlock it, or set {other} or pass --api-key-file"
+        ) from None
 
 
 def keyring_set(route_name: str, secret: str) -> None:
@@ -65,9 +67,11 @@ def keyring_set(route_name: str, secret: str) -> None:
     try:
         keyring.set_password(KEYRING_SERVICE, route_name, secret)
     except errors.KeyringError as exc:
-        raise CredentialError(f"the OS keyring refused the entry ({exc.__class__.__name__}: "
-                              f"{exc}); is a Secret Service (gnome-keyring, KWallet) running and "
-                              "unlocked?") from None
+        raise CredentialError(
+            f"the OS keyring refused the entry ({exc.__class__.__name__}: "
+            f"{exc}); is a Secret Service (gnome-keyring, KWallet) running and "
+            "unlocked?"
+        ) from None
 
 
 def keyring_delete(route_name: str) -> bool:
@@ -82,8 +86,14 @@ def keyring_delete(route_name: str) -> bool:
     return True
 
 
-def describe_source(route: Route, api_key_file: Path | None = None, *, no_auth: bool = False,
-                    env: Mapping[str, str] | None = None, check_keyring: bool = True) -> str:
+def describe_source(
+    route: Route,
+    api_key_file: Path | None = None,
+    *,
+    no_auth: bool = False,
+    env: Mapping[str, str] | None = None,
+    check_keyring: bool = True,
+) -> str:
     """Where the credential would come from now, without reading the secret itself."""
     env = os.environ if env is None else env
     if no_auth or not route.needs_credential:
@@ -101,8 +111,13 @@ def describe_source(route: Route, api_key_file: Path | None = None, *, no_auth: 
     return "missing"
 
 
-def resolve_credential(route: Route, api_key_file: Path | None = None, *, no_auth: bool = False,
-                       env: Mapping[str, str] | None = None) -> Credential:
+def resolve_credential(
+    route: Route,
+    api_key_file: Path | None = None,
+    *,
+    no_auth: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> Credential:
     """Read the credential: --api-key-file, then the route's variable, then the keyring."""
     env = os.environ if env is None else env
     if no_auth or not route.needs_credential:
@@ -118,8 +133,9 @@ def resolve_credential(route: Route, api_key_file: Path | None = None, *, no_aut
     if route.credential_env:
         value = env.get(route.credential_env, "")
         if value.strip():
-            return Credential(_clean(value, f"${route.credential_env}"),
-                              f"env:{route.credential_env}")
+            return Credential(
+                _clean(value, f"${route.credential_env}"), f"env:{route.credential_env}"
+            )
     secret = keyring_get(route.name, route.credential_env)
     if secret:
         return Credential(_clean(secret, f"the keyring entry for {route.name}"), "keyring")
@@ -127,4 +143,5 @@ def resolve_credential(route: Route, api_key_file: Path | None = None, *, no_aut
     raise CredentialError(
         f"no credential for route {route.name}: set {var}pass --api-key-file FILE, or store one "
         f"with `pqid-tui --batch credentials set {route.name}`; for an endpoint without "
-        "authentication pass --no-auth")
+        "authentication pass --no-auth"
+    )

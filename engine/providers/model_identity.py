@@ -17,7 +17,8 @@ ModelCheck = Literal["exact", "alias", "redirected", "not_reported"]
 _ALIAS_SUFFIX = re.compile(
     r"^[-@_.:]?(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{6}|\d{4}|v\d+(?:\.\d+)*|latest|preview"
     r"|exp|stable|\d{3})(?:[-@_.:](?:\d{4}-\d{2}-\d{2}|\d{8}|\d{6}|\d{4}|\d{2}-\d{2}|v\d+"
-    r"|latest|preview|exp|\d{3}|\d{2}))*$")
+    r"|latest|preview|exp|\d{3}|\d{2}))*$"
+)
 _VOLATILE_TAIL = re.compile(r"[-@_.:](?:latest|preview|exp|stable)$")
 
 
@@ -40,6 +41,6 @@ def check_model(requested: str, returned: str | None) -> ModelCheck:
     if want == got:
         return "alias"
     for a, b in ((want, got), (got, want)):
-        if a.startswith(b) and _ALIAS_SUFFIX.match(a[len(b):]):
+        if a.startswith(b) and _ALIAS_SUFFIX.match(a[len(b) :]):
             return "alias"
     return "redirected"

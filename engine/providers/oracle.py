@@ -21,7 +21,8 @@ class OracleTransport(httpx.AsyncBaseTransport):
     def __init__(self, release: Release) -> None:
         self._answers = {
             sha256_hex(canonical_json(p.request_messages())): str(
-                p.target_metadata.get("reference_code", ""))
+                p.target_metadata.get("reference_code", "")
+            )
             for p in release.prompts
         }
 
@@ -30,15 +31,31 @@ class OracleTransport(httpx.AsyncBaseTransport):
         key = sha256_hex(canonical_json(body.get("messages")))
         answer = self._answers.get(key)
         if answer is None:
-            return httpx.Response(404, json={"error": {"message": "unknown prompt",
-                                                       "type": "not_found", "code": None}})
+            return httpx.Response(
+                404,
+                json={"error": {"message": "unknown prompt", "type": "not_found", "code": None}},
+            )
         completion_tokens = max(1, len(answer) // 4)
         prompt_tokens = max(1, len(json.dumps(body.get("messages"))) // 4)
-        return httpx.Response(200, headers={"x-request-id": f"oracle-{key[:16]}"}, json={
-            "id": f"oracle-{key[:16]}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model"),
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": answer}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
-        })
+        return httpx.Response(
+            200,
+            headers={"x-request-id": f"oracle-{key[:16]}"},
+            json={
+                "id": f"oracle-{key[:16]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": answer},
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            },
+        )

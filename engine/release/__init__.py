@@ -1,8 +1,8 @@
 """Releases: every format the tool reads, detected from its files, behind one `Release`.
 
-    pqid-release/1        the project's own format (`release.json`), the bundled demo release
-    PQID-Bench core       `benchmark.json` with `distribution_profile: core` (or its .zip)
-    PQID-Bench evidence   the evidence repository (`ARTIFACT_MANIFEST.tsv` at its root)
+pqid-release/1        the project's own format (`release.json`), the bundled demo release
+PQID-Bench core       `benchmark.json` with `distribution_profile: core` (or its .zip)
+PQID-Bench evidence   the evidence repository (`ARTIFACT_MANIFEST.tsv` at its root)
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ __all__ = [
 ]
 
 
-def load_release(root: Path | str, *, allow_modified: bool = False,
-                 cache_dir: Path | None = None) -> Release:
+def load_release(
+    root: Path | str, *, allow_modified: bool = False, cache_dir: Path | None = None
+) -> Release:
     """Load and verify a release of any format the tool reads, detected from its files.
 
     `root` is a pqid-release/1 folder, a PQID-Bench core distribution (or the folder that
@@ -75,24 +76,29 @@ def load_release(root: Path | str, *, allow_modified: bool = False,
     from engine.release import pqid_bench
 
     if pqid_bench.is_core(root):
-        return pqid_bench.load_pqid_bench(root, pqid_bench.PROFILE_CORE,
-                                          allow_modified=allow_modified)
+        return pqid_bench.load_pqid_bench(
+            root, pqid_bench.PROFILE_CORE, allow_modified=allow_modified
+        )
     if pqid_bench.is_evidence(root):
-        return pqid_bench.load_pqid_bench(root, pqid_bench.PROFILE_EVIDENCE,
-                                          allow_modified=allow_modified)
+        return pqid_bench.load_pqid_bench(
+            root, pqid_bench.PROFILE_EVIDENCE, allow_modified=allow_modified
+        )
     child = pqid_bench.single_core_child(root)
     if child is not None:
-        return pqid_bench.load_pqid_bench(child, pqid_bench.PROFILE_CORE,
-                                          allow_modified=allow_modified)
+        return pqid_bench.load_pqid_bench(
+            child, pqid_bench.PROFILE_CORE, allow_modified=allow_modified
+        )
     raise ReleaseError(_not_a_release(root))
 
 
 def _not_a_release(root: Path) -> str:
-    return (f"{root}: not a release this version reads; looked for release.json "
-            "(pqid-release/1), benchmark.json with distribution_profile \"core\" (a PQID-Bench "
-            "core distribution, or a folder holding one as its only subfolder), "
-            "ARTIFACT_MANIFEST.tsv (the PQID-Bench evidence repository) and a core "
-            "distribution .zip")
+    return (
+        f"{root}: not a release this version reads; looked for release.json "
+        '(pqid-release/1), benchmark.json with distribution_profile "core" (a PQID-Bench '
+        "core distribution, or a folder holding one as its only subfolder), "
+        "ARTIFACT_MANIFEST.tsv (the PQID-Bench evidence repository) and a core "
+        "distribution .zip"
+    )
 
 
 def _load_zip(archive: Path, *, allow_modified: bool, cache_dir: Path | None) -> Release:
@@ -101,9 +107,15 @@ def _load_zip(archive: Path, *, allow_modified: bool, cache_dir: Path | None) ->
 
     extraction = extract_cached(archive, cache_dir=cache_dir)
     if not pqid_bench.is_core(extraction.release_dir):
-        raise ReleaseError(f"{archive}: its folder {extraction.release_dir.name}/ is not a "
-                           "PQID-Bench core distribution (no benchmark.json with "
-                           "distribution_profile \"core\")")
-    return pqid_bench.load_pqid_bench(extraction.release_dir, pqid_bench.PROFILE_CORE,
-                                      allow_modified=allow_modified, archive=archive,
-                                      archive_sha256=extraction.archive_sha256)
+        raise ReleaseError(
+            f"{archive}: its folder {extraction.release_dir.name}/ is not a "
+            "PQID-Bench core distribution (no benchmark.json with "
+            'distribution_profile "core")'
+        )
+    return pqid_bench.load_pqid_bench(
+        extraction.release_dir,
+        pqid_bench.PROFILE_CORE,
+        allow_modified=allow_modified,
+        archive=archive,
+        archive_sha256=extraction.archive_sha256,
+    )

@@ -71,14 +71,20 @@ def _member_path(archive: Path, info: zipfile.ZipInfo) -> PurePosixPath:
     return pure
 
 
-def inspect_archive(archive: Path, bundle: zipfile.ZipFile, *, max_members: int = MAX_MEMBERS,
-                    max_total_bytes: int = MAX_TOTAL_BYTES
-                    ) -> tuple[str, list[tuple[zipfile.ZipInfo, PurePosixPath]]]:
+def inspect_archive(
+    archive: Path,
+    bundle: zipfile.ZipFile,
+    *,
+    max_members: int = MAX_MEMBERS,
+    max_total_bytes: int = MAX_TOTAL_BYTES,
+) -> tuple[str, list[tuple[zipfile.ZipInfo, PurePosixPath]]]:
     """Check every member before anything is written; the top-level folder and the members."""
     infos = bundle.infolist()
     if len(infos) > max_members:
-        raise ReleaseError(f"{archive}: {len(infos)} members, more than the {max_members} a "
-                           "release archive may have")
+        raise ReleaseError(
+            f"{archive}: {len(infos)} members, more than the {max_members} a "
+            "release archive may have"
+        )
     members: list[tuple[zipfile.ZipInfo, PurePosixPath]] = []
     seen: set[str] = set()
     roots: set[str] = set()
@@ -87,40 +93,53 @@ def inspect_archive(archive: Path, bundle: zipfile.ZipFile, *, max_members: int 
         pure = _member_path(archive, info)
         folded = pure.as_posix().rstrip("/").casefold()
         if folded in seen:
-            raise ReleaseError(f"{archive}: member {info.filename!r} is there twice (names "
-                               "that differ only in case count as the same)")
+            raise ReleaseError(
+                f"{archive}: member {info.filename!r} is there twice (names "
+                "that differ only in case count as the same)"
+            )
         seen.add(folded)
         roots.add(pure.parts[0])
         if len(pure.parts) == 1 and not info.is_dir():
-            raise ReleaseError(f"{archive}: member {info.filename!r} is outside the archive's "
-                               "top-level folder")
+            raise ReleaseError(
+                f"{archive}: member {info.filename!r} is outside the archive's top-level folder"
+            )
         total += info.file_size
         if total > max_total_bytes:
-            raise ReleaseError(f"{archive}: expands to more than {max_total_bytes} bytes, the "
-                               "most a release archive may hold")
+            raise ReleaseError(
+                f"{archive}: expands to more than {max_total_bytes} bytes, the "
+                "most a release archive may hold"
+            )
         members.append((info, pure))
     if len(roots) != 1:
-        raise ReleaseError(f"{archive}: a release archive holds exactly one top-level folder, "
-                           f"this one has {len(roots)}" + (f" ({', '.join(sorted(roots)[:5])})"
-                                                           if roots else ""))
+        raise ReleaseError(
+            f"{archive}: a release archive holds exactly one top-level folder, "
+            f"this one has {len(roots)}" + (f" ({', '.join(sorted(roots)[:5])})" if roots else "")
+        )
     return roots.pop(), members
 
 
-def extract_archive(archive: Path, dest: Path, *, max_members: int = MAX_MEMBERS,
-                    max_total_bytes: int = MAX_TOTAL_BYTES) -> tuple[str, dict[str, list[object]]]:
+def extract_archive(
+    archive: Path,
+    dest: Path,
+    *,
+    max_members: int = MAX_MEMBERS,
+    max_total_bytes: int = MAX_TOTAL_BYTES,
+) -> tuple[str, dict[str, list[object]]]:
     """Extract into the empty folder `dest`; the top-level folder and {path: [bytes, sha256]}."""
     files: dict[str, list[object]] = {}
     try:
         with zipfile.ZipFile(archive) as bundle:
-            root, members = inspect_archive(archive, bundle, max_members=max_members,
-                                            max_total_bytes=max_total_bytes)
+            root, members = inspect_archive(
+                archive, bundle, max_members=max_members, max_total_bytes=max_total_bytes
+            )
             written = 0
             base = dest.resolve()
             for info, pure in members:
                 target = base.joinpath(*pure.parts)
                 if base not in target.parents:
-                    raise ReleaseError(f"{archive}: member {info.filename!r} escapes the "
-                                       "extraction folder")
+                    raise ReleaseError(
+                        f"{archive}: member {info.filename!r} escapes the extraction folder"
+                    )
                 if info.is_dir():
                     target.mkdir(parents=True, exist_ok=True)
                     continue
@@ -132,9 +151,11 @@ def extract_archive(archive: Path, dest: Path, *, max_members: int = MAX_MEMBERS
                         size += len(block)
                         written += len(block)
                         if written > max_total_bytes:
-                            raise ReleaseError(f"{archive}: expands to more than "
-                                               f"{max_total_bytes} bytes, the most a release "
-                                               "archive may hold")
+                            raise ReleaseError(
+                                f"{archive}: expands to more than "
+                                f"{max_total_bytes} bytes, the most a release "
+                                "archive may hold"
+                            )
                         digest.update(block)
                         out.write(block)
                 files[pure.as_posix()] = [size, digest.hexdigest()]
@@ -151,9 +172,13 @@ def _read_marker(folder: Path, sha: str) -> tuple[str, dict[str, list[object]]] 
         marker = json.loads((folder / MARKER).read_bytes())
     except (OSError, ValueError):
         return None
-    if (not isinstance(marker, dict) or marker.get("format") != MARKER_FORMAT
-            or marker.get("archive_sha256") != sha or not isinstance(marker.get("root"), str)
-            or not isinstance(marker.get("files"), dict)):
+    if (
+        not isinstance(marker, dict)
+        or marker.get("format") != MARKER_FORMAT
+        or marker.get("archive_sha256") != sha
+        or not isinstance(marker.get("root"), str)
+        or not isinstance(marker.get("files"), dict)
+    ):
         return None
     return marker["root"], marker["files"]
 
@@ -171,9 +196,14 @@ def verified_extraction(folder: Path, sha: str) -> Path | None:
     root, files = found
     for rel, listed in files.items():
         path = folder / rel
-        if (not isinstance(listed, list) or len(listed) != 2 or path.is_symlink()
-                or not path.is_file() or path.stat().st_size != listed[0]
-                or sha256_file(path) != listed[1]):
+        if (
+            not isinstance(listed, list)
+            or len(listed) != 2
+            or path.is_symlink()
+            or not path.is_file()
+            or path.stat().st_size != listed[0]
+            or sha256_file(path) != listed[1]
+        ):
             return None
     release_dir = folder / root
     return release_dir if release_dir.is_dir() else None
@@ -187,9 +217,15 @@ def _remove_tree(path: Path, parent: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def extract_cached(archive: Path, *, sha256: str | None = None, cache_dir: Path | None = None,
-                   origin: str | None = None, max_members: int = MAX_MEMBERS,
-                   max_total_bytes: int = MAX_TOTAL_BYTES) -> Extraction:
+def extract_cached(
+    archive: Path,
+    *,
+    sha256: str | None = None,
+    cache_dir: Path | None = None,
+    origin: str | None = None,
+    max_members: int = MAX_MEMBERS,
+    max_total_bytes: int = MAX_TOTAL_BYTES,
+) -> Extraction:
     """Extract `archive` into the cache folder named by its SHA-256, or reuse a verified one.
 
     `sha256`, when given, is the archive's digest already computed by the caller; `origin`
@@ -211,13 +247,20 @@ def extract_cached(archive: Path, *, sha256: str | None = None, cache_dir: Path 
         staging = parent / f".extracting-{sha[:16]}-{uuid.uuid4().hex}"
         staging.mkdir()
     except OSError as exc:
-        raise ReleaseError(f"{parent}: cannot create the extraction folder ({exc.strerror})"
-                           ) from None
+        raise ReleaseError(
+            f"{parent}: cannot create the extraction folder ({exc.strerror})"
+        ) from None
     try:
-        root, files = extract_archive(archive, staging, max_members=max_members,
-                                      max_total_bytes=max_total_bytes)
-        marker = {"format": MARKER_FORMAT, "archive_sha256": sha, "archive": origin or str(archive),
-                  "root": root, "files": files}
+        root, files = extract_archive(
+            archive, staging, max_members=max_members, max_total_bytes=max_total_bytes
+        )
+        marker = {
+            "format": MARKER_FORMAT,
+            "archive_sha256": sha,
+            "archive": origin or str(archive),
+            "root": root,
+            "files": files,
+        }
         (staging / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
         if os.path.lexists(folder):
             # A stale or damaged earlier extraction (or one another process just finished).

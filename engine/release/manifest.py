@@ -50,9 +50,15 @@ class ArtifactManifest:
 def safe_relative_path(rel: str, where: str) -> str:
     """`rel` if it is a plain relative POSIX path inside the release; ReleaseError otherwise."""
     pure = PurePosixPath(rel)
-    if (not rel or "\x00" in rel or "\\" in rel or pure.is_absolute()
-            or any(part in ("..", ".") for part in rel.split("/"))
-            or ":" in pure.parts[0] or rel.endswith("/")):
+    if (
+        not rel
+        or "\x00" in rel
+        or "\\" in rel
+        or pure.is_absolute()
+        or any(part in ("..", ".") for part in rel.split("/"))
+        or ":" in pure.parts[0]
+        or rel.endswith("/")
+    ):
         raise ReleaseError(f"{where}: {rel!r} is not a relative path inside the release")
     return rel
 
@@ -70,8 +76,9 @@ def read_artifact_manifest(path: Path) -> ArtifactManifest:
     try:
         header = next(reader, None)
         if header != HEADER:
-            raise ReleaseError(f"{path}:1: the header must be {chr(9).join(HEADER)!r}, "
-                               f"found {header!r}")
+            raise ReleaseError(
+                f"{path}:1: the header must be {chr(9).join(HEADER)!r}, found {header!r}"
+            )
         entries: list[ManifestEntry] = []
         seen: dict[str, int] = {}
         for row in reader:
@@ -93,15 +100,13 @@ def read_artifact_manifest(path: Path) -> ArtifactManifest:
             seen[rel] = number
             entries.append(ManifestEntry(rel, int(size), sha))
     except csv.Error as exc:
-        raise ReleaseError(f"{path}:{reader.line_num}: not a tab-separated table ({exc})"
-                           ) from None
+        raise ReleaseError(f"{path}:{reader.line_num}: not a tab-separated table ({exc})") from None
     if not entries:
         raise ReleaseError(f"{path}: lists no files")
     return ArtifactManifest(path, hashlib.sha256(raw).hexdigest(), tuple(entries))
 
 
-def check_file(root: Path, entry: ManifestEntry, manifest_name: str = MANIFEST_NAME
-               ) -> str | None:
+def check_file(root: Path, entry: ManifestEntry, manifest_name: str = MANIFEST_NAME) -> str | None:
     """None when the file has the listed size and SHA-256; else a message naming it."""
     from engine.rundir.storage import sha256_file
 
@@ -141,7 +146,8 @@ class ManifestVerifier:
         self._results: dict[str, str | None] = {}
         self._lock = threading.Lock()
         self.absent: tuple[str, ...] = tuple(
-            e.path for e in manifest.entries if not os.path.lexists(root / e.path))
+            e.path for e in manifest.entries if not os.path.lexists(root / e.path)
+        )
         self._absent = frozenset(self.absent)
 
     @property
@@ -167,11 +173,15 @@ class ManifestVerifier:
         """Verify several files; one ReleaseError naming the first that does not match."""
         for rel in rels:
             if rel not in self._entries:
-                raise ReleaseError(f"{self.root / rel}: {purpose} needs this file, which "
-                                   f"{self.name} does not list, so it cannot be verified")
+                raise ReleaseError(
+                    f"{self.root / rel}: {purpose} needs this file, which "
+                    f"{self.name} does not list, so it cannot be verified"
+                )
             if rel in self._absent:
-                raise ReleaseError(f"{self.root / rel}: {purpose} needs this file, which "
-                                   f"{self.name} lists but this copy does not have")
+                raise ReleaseError(
+                    f"{self.root / rel}: {purpose} needs this file, which "
+                    f"{self.name} lists but this copy does not have"
+                )
         problems = [p for rel in rels if (p := self._result(rel)) is not None]
         if problems and not self.allow_modified:
             raise modified_error(problems)
@@ -187,9 +197,17 @@ class ManifestVerifier:
             if entry.path not in absent:
                 self._result(entry.path)
         with self._lock:
-            mismatched = tuple(e.path for e in self.manifest.entries
-                               if self._results.get(e.path) is not None)
+            mismatched = tuple(
+                e.path for e in self.manifest.entries if self._results.get(e.path) is not None
+            )
             problems = tuple(str(self._results[rel]) for rel in mismatched)
         verified = len(self.manifest.entries) - len(absent) - len(mismatched)
-        return Verification(self.name, len(self.manifest.entries), verified, self.absent,
-                            mismatched, problems, time.perf_counter() - start)
+        return Verification(
+            self.name,
+            len(self.manifest.entries),
+            verified,
+            self.absent,
+            mismatched,
+            problems,
+            time.perf_counter() - start,
+        )

@@ -125,7 +125,8 @@ class Release:
     manifest_files: int = 0
     # Loads one row's frozen cells as canonical evaluations (set by the format's loader).
     cells_loader: Callable[[Release, FrozenRow], list[dict[str, Any]]] | None = field(
-        default=None, repr=False, compare=False)
+        default=None, repr=False, compare=False
+    )
     # PQID-Bench: the SHA-256 of ARTIFACT_MANIFEST.tsv's bytes (the copy's file list); `digest`
     # is the release's identity, the same for the core distribution and the evidence repository.
     manifest_sha256: str | None = None
@@ -162,8 +163,10 @@ class Release:
         """The path of a file this command needs, verified against the release's manifest;
         ReleaseError naming it if it is absent or does not match."""
         if rel in self.absent:
-            raise ReleaseError(f"{self.root / rel}: {purpose} needs this file, which the release "
-                               "manifest lists but this copy does not have")
+            raise ReleaseError(
+                f"{self.root / rel}: {purpose} needs this file, which the release "
+                "manifest lists but this copy does not have"
+            )
         if self.verifier is not None:
             self.verifier.check(rel, purpose)
         return self.root / rel
@@ -172,8 +175,9 @@ class Release:
         """Check every present file the manifest lists (the `verify` command)."""
         if self.verifier is not None:
             return self.verifier.verify_all()
-        return Verification("release.json", self.manifest_files, self.verified_files,
-                            self.absent, (), self.problems)
+        return Verification(
+            "release.json", self.manifest_files, self.verified_files, self.absent, (), self.problems
+        )
 
     def absent_summary(self) -> tuple[str, ...]:
         """The absent files, a folder missing entirely named once: `dir/ (N files)`."""
@@ -186,8 +190,10 @@ class Release:
                     key = "/".join(parts[:depth]) + "/"
                     break
             groups[key] = groups.get(key, 0) + 1
-        return tuple(k if not k.endswith("/") else f"{k} ({n} file{'s' if n != 1 else ''})"
-                     for k, n in sorted(groups.items()))
+        return tuple(
+            k if not k.endswith("/") else f"{k} ({n} file{'s' if n != 1 else ''})"
+            for k, n in sorted(groups.items())
+        )
 
 
 def read_evaluations_file(path: Path) -> list[dict[str, Any]]:

@@ -112,15 +112,20 @@ def _string(data: dict[str, Any], key: str, where: Path) -> str:
 
 def _known(contract: str, predicate: str, where: Path) -> None:
     if contract not in KNOWN_CONTRACTS:
-        raise ReleaseError(f"{where}: evaluator {contract!r} is not a scoring contract this "
-                           f"version knows ({', '.join(KNOWN_CONTRACTS)})")
+        raise ReleaseError(
+            f"{where}: evaluator {contract!r} is not a scoring contract this "
+            f"version knows ({', '.join(KNOWN_CONTRACTS)})"
+        )
     if predicate not in KNOWN_PREDICATES:
-        raise ReleaseError(f"{where}: predicate {predicate!r} is not a structural predicate "
-                           f"this version knows ({', '.join(KNOWN_PREDICATES)})")
+        raise ReleaseError(
+            f"{where}: predicate {predicate!r} is not a structural predicate "
+            f"this version knows ({', '.join(KNOWN_PREDICATES)})"
+        )
 
 
-def identity_from_benchmark_json(path: Path, *, default_prompts: str | None = None
-                                 ) -> BenchmarkIdentity:
+def identity_from_benchmark_json(
+    path: Path, *, default_prompts: str | None = None
+) -> BenchmarkIdentity:
     data = _read_benchmark_json(path)
     if data is None:
         raise ReleaseError(f"{path}: not a JSON object")
@@ -146,32 +151,47 @@ def identity_from_version_module(path: Path) -> BenchmarkIdentity:
     try:
         tree = ast.parse(path.read_bytes(), filename=str(path))
     except (OSError, SyntaxError, ValueError) as exc:
-        raise ReleaseError(f"{path}: cannot read the release's version constants ({exc})"
-                           ) from None
+        raise ReleaseError(f"{path}: cannot read the release's version constants ({exc})") from None
     constants: dict[str, str] = {}
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             constants[node.targets[0].id] = node.value.value
-    missing = [k for k in ("BENCHMARK_RELEASE", "EVALUATOR_VERSION", "PREDICATE_VERSION")
-               if not constants.get(k)]
+    missing = [
+        k
+        for k in ("BENCHMARK_RELEASE", "EVALUATOR_VERSION", "PREDICATE_VERSION")
+        if not constants.get(k)
+    ]
     if missing:
         raise ReleaseError(f"{path}: does not define {', '.join(missing)}")
     contract, predicate = constants["EVALUATOR_VERSION"], constants["PREDICATE_VERSION"]
     _known(contract, predicate, path)
-    return BenchmarkIdentity(NAME, constants["BENCHMARK_RELEASE"], contract, predicate,
-                             EVIDENCE_PROMPTS)
+    return BenchmarkIdentity(
+        NAME, constants["BENCHMARK_RELEASE"], contract, predicate, EVIDENCE_PROMPTS
+    )
 
 
 def identity_digest(identity: BenchmarkIdentity, prompts_sha256: str) -> str:
     """`Release.digest` of a PQID-Bench release (the same for its core and evidence copies)."""
     from engine.rundir.storage import canonical_json, sha256_hex
 
-    return sha256_hex(canonical_json({
-        "identity": IDENTITY_FORMAT, "name": identity.name, "version": identity.version,
-        "contract": identity.contract, "predicate": identity.predicate,
-        "prompts_sha256": prompts_sha256}))
+    return sha256_hex(
+        canonical_json(
+            {
+                "identity": IDENTITY_FORMAT,
+                "name": identity.name,
+                "version": identity.version,
+                "contract": identity.contract,
+                "predicate": identity.predicate,
+                "prompts_sha256": prompts_sha256,
+            }
+        )
+    )
 
 
 _TARGET_INTS = ("num_qubits", "num_clbits", "gate_count")
@@ -195,16 +215,27 @@ def _parse_prompt(path: Path, number: int, obj: dict[str, Any]) -> Prompt:
     for key in _TARGET_INTS:
         value = meta.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ReleaseError(f"{where}: prompt {pid}: target_metadata.{key} must be a "
-                               "non-negative integer")
+            raise ReleaseError(
+                f"{where}: prompt {pid}: target_metadata.{key} must be a non-negative integer"
+            )
     types = meta.get("gate_types")
     if not isinstance(types, dict) or not all(
-            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
-            for k, v in types.items()):
-        raise ReleaseError(f"{where}: prompt {pid}: target_metadata.gate_types must map "
-                           "operation names to counts")
-    return Prompt(pid, split, messages, meta, number, row_id=obj["row_id"], label=obj["label"],
-                  source_record=obj)
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        for k, v in types.items()
+    ):
+        raise ReleaseError(
+            f"{where}: prompt {pid}: target_metadata.gate_types must map operation names to counts"
+        )
+    return Prompt(
+        pid,
+        split,
+        messages,
+        meta,
+        number,
+        row_id=obj["row_id"],
+        label=obj["label"],
+        source_record=obj,
+    )
 
 
 def read_prompts(path: Path) -> tuple[Prompt, ...]:
@@ -213,8 +244,10 @@ def read_prompts(path: Path) -> tuple[Prompt, ...]:
     for number, obj in read_jsonl_objects(path, ReleaseError):
         prompt = _parse_prompt(path, number, obj)
         if prompt.prompt_id in seen:
-            raise ReleaseError(f"{path}:{number}: duplicate prompt_id {prompt.prompt_id!r}"
-                               f" (first on line {seen[prompt.prompt_id]})")
+            raise ReleaseError(
+                f"{path}:{number}: duplicate prompt_id {prompt.prompt_id!r}"
+                f" (first on line {seen[prompt.prompt_id]})"
+            )
         seen[prompt.prompt_id] = number
         prompts.append(prompt)
     if not prompts:
@@ -227,10 +260,14 @@ def read_requirements(path: Path) -> tuple[str, ...]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ReleaseError(f"{path}: cannot read the pinned evaluator environment ({exc})"
-                           ) from None
-    pins = tuple(line.strip() for line in text.splitlines()
-                 if line.strip() and not line.lstrip().startswith("#"))
+        raise ReleaseError(
+            f"{path}: cannot read the pinned evaluator environment ({exc})"
+        ) from None
+    pins = tuple(
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    )
     if not pins:
         raise ReleaseError(f"{path}: pins no package")
     return pins
@@ -264,8 +301,14 @@ def _frozen_matrix(root: Path, verifier: ManifestVerifier) -> tuple[tuple[Frozen
     return rows, pqid_bench_matrix.frozen_cells
 
 
-def load_pqid_bench(root: Path | str, profile: str, *, allow_modified: bool = False,
-                    archive: Path | None = None, archive_sha256: str | None = None) -> Release:
+def load_pqid_bench(
+    root: Path | str,
+    profile: str,
+    *,
+    allow_modified: bool = False,
+    archive: Path | None = None,
+    archive_sha256: str | None = None,
+) -> Release:
     """Load a PQID-Bench core distribution (`profile="core"`) or evidence repository.
 
     A listed file that does not match its size or SHA-256 raises ReleaseError naming it,
@@ -287,10 +330,12 @@ def load_pqid_bench(root: Path | str, profile: str, *, allow_modified: bool = Fa
         fmt = FORMAT_PQID_BENCH_EVIDENCE
         if (root / BENCHMARK_JSON).is_file():
             identity = identity_from_benchmark_json(
-                needed(BENCHMARK_JSON, "the release metadata"), default_prompts=EVIDENCE_PROMPTS)
+                needed(BENCHMARK_JSON, "the release metadata"), default_prompts=EVIDENCE_PROMPTS
+            )
         else:
             identity = identity_from_version_module(
-                needed(VERSION_MODULE, "the release's version constants"))
+                needed(VERSION_MODULE, "the release's version constants")
+            )
     else:
         raise ValueError(f"unknown PQID-Bench profile {profile!r}")
 
@@ -318,16 +363,31 @@ def load_pqid_bench(root: Path | str, profile: str, *, allow_modified: bool = Fa
     # `problems` are complete; otherwise a mismatch has already raised.
     problems = verifier.verify_all().problems if allow_modified else ()
     return Release(
-        root=root, name=identity.name, version=identity.version,
-        digest=identity_digest(identity, prompts_sha), prompts_sha256=prompts_sha,
-        modified=bool(problems), prompts=prompts, matrix_rows=rows,
-        evaluator_version=identity.contract, evaluator_requirements=requirements,
-        problems=problems, format=fmt, profile=profile, contract=identity.contract,
-        predicate=identity.predicate, python_version=python_version, absent=verifier.absent,
-        verified_files=verifier.verified_count(), manifest_files=len(manifest.entries),
-        cells_loader=cells_loader, manifest_sha256=manifest.sha256,
-        archive=str(archive) if archive is not None else None, archive_sha256=archive_sha256,
-        verifier=verifier)
+        root=root,
+        name=identity.name,
+        version=identity.version,
+        digest=identity_digest(identity, prompts_sha),
+        prompts_sha256=prompts_sha,
+        modified=bool(problems),
+        prompts=prompts,
+        matrix_rows=rows,
+        evaluator_version=identity.contract,
+        evaluator_requirements=requirements,
+        problems=problems,
+        format=fmt,
+        profile=profile,
+        contract=identity.contract,
+        predicate=identity.predicate,
+        python_version=python_version,
+        absent=verifier.absent,
+        verified_files=verifier.verified_count(),
+        manifest_files=len(manifest.entries),
+        cells_loader=cells_loader,
+        manifest_sha256=manifest.sha256,
+        archive=str(archive) if archive is not None else None,
+        archive_sha256=archive_sha256,
+        verifier=verifier,
+    )
 
 
 def describe_layout(root: Path) -> str | None:
@@ -337,4 +397,3 @@ def describe_layout(root: Path) -> str | None:
     if is_evidence(root):
         return PROFILE_EVIDENCE
     return None
-

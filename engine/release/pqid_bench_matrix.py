@@ -66,6 +66,7 @@ Require = Callable[[str, str], Path]
 def _plain(root: Path) -> Require:
     def require(rel: str, purpose: str) -> Path:
         return root / rel
+
     return require
 
 
@@ -177,8 +178,12 @@ def _category(cell: Mapping[str, Any]) -> str:
 def _simulation(raw: Any) -> dict[str, Any] | None:
     if not isinstance(raw, Mapping) or not raw:
         return None
-    return {"eligible": _bool(raw.get("eligible")), "success": _bool(raw.get("success")),
-            "skip_reason": raw.get("skip_reason"), "error_type": raw.get("error_type")}
+    return {
+        "eligible": _bool(raw.get("eligible")),
+        "success": _bool(raw.get("success")),
+        "skip_reason": raw.get("skip_reason"),
+        "error_type": raw.get("error_type"),
+    }
 
 
 def _error_text(execution: Mapping[str, Any]) -> str | None:
@@ -190,11 +195,15 @@ def _error_text(execution: Mapping[str, Any]) -> str | None:
     return text if len(text) <= 300 else text[:299] + "…"
 
 
-def cell_from_record(record: Mapping[str, Any], *, contract: str = CONTRACT_PQID_BENCH,
-                     predicate: str | None = PREDICATE_PQID_BENCH,
-                     evaluator_version: str | None = None,
-                     environment: Mapping[str, Any] | None = None,
-                     where: str = "record") -> dict[str, Any]:
+def cell_from_record(
+    record: Mapping[str, Any],
+    *,
+    contract: str = CONTRACT_PQID_BENCH,
+    predicate: str | None = PREDICATE_PQID_BENCH,
+    evaluator_version: str | None = None,
+    environment: Mapping[str, Any] | None = None,
+    where: str = "record",
+) -> dict[str, Any]:
     """One frozen harness record as a canonical evaluation line (PQID-Bench contract)."""
     pid = record.get("prompt_id")
     if not isinstance(pid, str) or not pid:
@@ -203,9 +212,12 @@ def cell_from_record(record: Mapping[str, Any], *, contract: str = CONTRACT_PQID
     verdicts = _verdicts(execution, record.get("structural_checks"))
     components = [verdicts[name] for name in COMPONENTS]
     if verdicts["report_signature_match"] != all(components) and (
-            verdicts["report_signature_match"] or record.get("structural_checks")):
-        raise ReleaseError(f"{where}: prompt {pid}: structural_checks.all_match disagrees with "
-                           "its four component checks")
+        verdicts["report_signature_match"] or record.get("structural_checks")
+    ):
+        raise ReleaseError(
+            f"{where}: prompt {pid}: structural_checks.all_match disagrees with "
+            "its four component checks"
+        )
     context = record.get("target_context_recovery_execution")
     cell: dict[str, Any] = {
         "prompt_id": pid,
@@ -214,12 +226,15 @@ def cell_from_record(record: Mapping[str, Any], *, contract: str = CONTRACT_PQID
         **verdicts,
         "empty_generation": _bool(record.get("empty_generation")),
         "circuit_count": execution.get("circuit_count")
-        if isinstance(execution.get("circuit_count"), int) else None,
+        if isinstance(execution.get("circuit_count"), int)
+        else None,
         "execution_mode": record.get("execution_mode") or EXECUTION_MODE,
         "simulation": _simulation(execution.get("simulation")),
         "target_context_recovery": (
             _verdicts(context, record.get("target_context_recovery_structural_checks"))
-            if isinstance(context, Mapping) and context else None),
+            if isinstance(context, Mapping) and context
+            else None
+        ),
         # The project's fields, mapped.
         "execution_ok": _bool(execution.get("execution_success")),
         "circuit_found": _bool(execution.get("circuit_found")),
@@ -260,6 +275,7 @@ def _report_paths(root: Path) -> list[str]:
 
 def _audit_rows(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """The cell audit by report path, then by prompt: the three frozen verdicts per cell."""
+
     def build() -> dict[str, dict[str, dict[str, Any]]]:
         rows: dict[str, dict[str, dict[str, Any]]] = {}
         for number, obj in read_jsonl_objects(path, ReleaseError, what="the cell audit"):
@@ -277,6 +293,7 @@ def _audit_rows(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
                 "model_label": obj.get("model_label"),
             }
         return rows
+
     result: dict[str, dict[str, dict[str, Any]]] = _CACHE.get("audit", path, build)
     return result
 
@@ -285,7 +302,7 @@ def _relative_report(report_path: str) -> str:
     """A report path as the audit wrote it, relative to the repository root."""
     parts = PurePosixPath(report_path.replace("\\", "/")).parts
     if "artifacts" in parts:
-        parts = parts[parts.index("artifacts"):]
+        parts = parts[parts.index("artifacts") :]
     return "/".join(parts)
 
 
@@ -295,8 +312,11 @@ def _run_matrix(root: Path, require: Require) -> dict[tuple[str, str], dict[str,
         return {}
     data = _read_json(require(RUN_MATRIX, "the frozen matrix's model labels"), "the run matrix")
     entries = data if isinstance(data, list) else []
-    return {(str(e.get("provider")), str(e.get("api_model_id"))): e
-            for e in entries if isinstance(e, dict)}
+    return {
+        (str(e.get("provider")), str(e.get("api_model_id"))): e
+        for e in entries
+        if isinstance(e, dict)
+    }
 
 
 def _identity(root: Path, report_rel: str, require: Require) -> dict[str, Any]:
@@ -315,8 +335,9 @@ class _ReportCells:
 
     __slots__ = ("cells", "evaluator_version", "predicate")
 
-    def __init__(self, evaluator_version: str | None, predicate: str | None,
-                 cells: list[dict[str, Any]]) -> None:
+    def __init__(
+        self, evaluator_version: str | None, predicate: str | None, cells: list[dict[str, Any]]
+    ) -> None:
         self.evaluator_version = evaluator_version
         self.predicate = predicate
         self.cells = cells
@@ -338,13 +359,19 @@ def _report_cells(path: Path) -> _ReportCells:
             if not isinstance(record, Mapping):
                 raise ReleaseError(f"{where}: record {index + 1} is not an object")
             # The report's evaluator version names the contract it was scored under.
-            cell = cell_from_record(record, contract=version or "unknown", predicate=predicate,
-                                    evaluator_version=version, where=where)
+            cell = cell_from_record(
+                record,
+                contract=version or "unknown",
+                predicate=predicate,
+                evaluator_version=version,
+                where=where,
+            )
             if cell["prompt_id"] in seen:
                 raise ReleaseError(f"{where}: prompt {cell['prompt_id']} has two records")
             seen.add(cell["prompt_id"])
             cells.append(cell)
         return _ReportCells(version, predicate, cells)
+
     result: _ReportCells = _CACHE.get("report", path, build)
     return result
 
@@ -378,19 +405,26 @@ def frozen_rows(root: Path, *, require: Require | None = None) -> tuple[FrozenRo
             version = _report_cells(require(rel, "the frozen matrix")).evaluator_version
         label = entry.get("model_label") or ident.get("model_label")
         if label is None and rel in audited:
-            label = next((c["model_label"] for c in audited[rel].values()
-                          if c.get("model_label")), None)
-        rows.append(FrozenRow(
-            label=slug, kind="model",
-            provider=str(entry.get("provider") or provider) if (entry or provider) else None,
-            model=str(entry.get("api_model_id") or model) if (entry or model) else None,
-            evaluations=rel,
-            display_name=str(label) if label else slug,
-            role=str(entry.get("role") or ident.get("model_role") or "") or None,
-            contract=version))
+            label = next(
+                (c["model_label"] for c in audited[rel].values() if c.get("model_label")), None
+            )
+        rows.append(
+            FrozenRow(
+                label=slug,
+                kind="model",
+                provider=str(entry.get("provider") or provider) if (entry or provider) else None,
+                model=str(entry.get("api_model_id") or model) if (entry or model) else None,
+                evaluations=rel,
+                display_name=str(label) if label else slug,
+                role=str(entry.get("role") or ident.get("model_role") or "") or None,
+                contract=version,
+            )
+        )
     if not rows:
-        raise ReleaseError(f"{root / BATCH_DIR}: no frozen harness report found "
-                           f"(evaluations/<model>/{REPORT_NAME})")
+        raise ReleaseError(
+            f"{root / BATCH_DIR}: no frozen harness report found "
+            f"(evaluations/<model>/{REPORT_NAME})"
+        )
     labels = [r.label for r in rows]
     if len(set(labels)) != len(labels):
         raise ReleaseError(f"{root / BATCH_DIR}: two harness reports share a folder name")
@@ -406,9 +440,14 @@ def _baseline_records(report: Mapping[str, Any]) -> dict[str, list[dict[str, Any
             continue
         records = result.get("records")
         name = result.get("name")
-        if isinstance(name, str) and isinstance(records, list) and records and all(
-                isinstance(r, Mapping) and isinstance(r.get("execution"), Mapping)
-                for r in records):
+        if (
+            isinstance(name, str)
+            and isinstance(records, list)
+            and records
+            and all(
+                isinstance(r, Mapping) and isinstance(r.get("execution"), Mapping) for r in records
+            )
+        ):
             out[name] = [dict(r) for r in records]
     return out
 
@@ -418,16 +457,28 @@ def _reference_rows(root: Path, require: Require) -> list[FrozenRow]:
     for rel in COPY_BASELINE_REPORTS:
         if not (root / rel).is_file():
             continue
+
         def read(rel: str = rel) -> Any:
-            return _read_json(require(rel, "the retrieval-copy baselines"),
-                              "the copy-baseline report")
+            return _read_json(
+                require(rel, "the retrieval-copy baselines"), "the copy-baseline report"
+            )
+
         report = _CACHE.get("baselines", root / rel, read)
         if not isinstance(report, Mapping):
             continue
         for name in _baseline_records(report):
-            rows.append(FrozenRow(label=name, kind="reference", provider=None, model=None,
-                                  evaluations=f"{rel}#{name}", display_name=name,
-                                  role="retrieval-copy baseline", contract=None))
+            rows.append(
+                FrozenRow(
+                    label=name,
+                    kind="reference",
+                    provider=None,
+                    model=None,
+                    evaluations=f"{rel}#{name}",
+                    display_name=name,
+                    role="retrieval-copy baseline",
+                    contract=None,
+                )
+            )
     return rows
 
 
@@ -451,7 +502,8 @@ def frozen_environment(release: Release) -> dict[str, str]:
     root = release.root
     if not pins and (root / PINNED_REQUIREMENTS).is_file():
         pins = _requirement_pins(
-            (root / PINNED_REQUIREMENTS).read_text(encoding="utf-8").splitlines())
+            (root / PINNED_REQUIREMENTS).read_text(encoding="utf-8").splitlines()
+        )
     if python is None and (root / EVALUATOR_DOCKERFILE).is_file():
         for line in (root / EVALUATOR_DOCKERFILE).read_text(encoding="utf-8").splitlines():
             words = line.split()
@@ -472,19 +524,27 @@ def frozen_cells(release: Release, row: FrozenRow) -> list[dict[str, Any]]:
     environment = frozen_environment(release)
     if row.kind == "reference":
         rel, _, name = row.evaluations.partition("#")
-        report = _read_json(release.require(rel, "the retrieval-copy baselines"),
-                            "the copy-baseline report")
+        report = _read_json(
+            release.require(rel, "the retrieval-copy baselines"), "the copy-baseline report"
+        )
         records = _baseline_records(report).get(name)
         if records is None:
-            raise ReleaseError(f"{release.root / rel}: baseline {name!r} has no per-prompt "
-                               "records")
+            raise ReleaseError(f"{release.root / rel}: baseline {name!r} has no per-prompt records")
         by_row_id = {p.row_id: p.prompt_id for p in release.prompts if p.row_id}
         for record in records:
             if "prompt_id" not in record and record.get("row_id") in by_row_id:
                 record["prompt_id"] = by_row_id[record["row_id"]]
-        return [cell_from_record(r, contract=release.contract, predicate=release.predicate,
-                                 evaluator_version=None, environment=environment,
-                                 where=f"{release.root / rel}#{name}") for r in records]
+        return [
+            cell_from_record(
+                r,
+                contract=release.contract,
+                predicate=release.predicate,
+                evaluator_version=None,
+                environment=environment,
+                where=f"{release.root / rel}#{name}",
+            )
+            for r in records
+        ]
 
     audit: dict[str, dict[str, Any]] | None = None
     if CELL_AUDIT not in release.absent and (release.root / CELL_AUDIT).is_file():
@@ -499,31 +559,46 @@ def frozen_cells(release: Release, row: FrozenRow) -> list[dict[str, Any]]:
     return cells
 
 
-def _audit_only_cells(audit: Mapping[str, Mapping[str, Any]], release: Release,
-                      environment: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _audit_only_cells(
+    audit: Mapping[str, Mapping[str, Any]], release: Release, environment: Mapping[str, Any]
+) -> list[dict[str, Any]]:
     """Cells from the audit alone (its report is absent): the three verdicts, no components."""
     out = []
     for pid, a in audit.items():
-        out.append({
-            "prompt_id": pid, "contract": release.contract, "predicate": release.predicate,
-            "report_executable": a["report_executable"],
-            "report_assembly_admissible": a["report_assembly_admissible"],
-            "report_signature_match": a["report_signature_match"],
-            **dict.fromkeys(COMPONENTS),
-            "execution_error_type": None, "selected_circuit_name": a["selected_circuit_name"],
-            "execution_ok": a["report_executable"], "circuit_found": a["report_executable"],
-            "structural_match": a["report_signature_match"], "width_match": None,
-            "gate_counts_match": None, "qasm3_ok": a["report_assembly_admissible"],
-            "equivalent": None, "equivalence_reason": NOT_IN_CONTRACT, "error": None,
-            "duration_ms": None, "category": None, "detail_source": "cell_audit",
-            "evaluator_version": release.evaluator_version, "environment": dict(environment),
-            "frozen": True,
-        })
+        out.append(
+            {
+                "prompt_id": pid,
+                "contract": release.contract,
+                "predicate": release.predicate,
+                "report_executable": a["report_executable"],
+                "report_assembly_admissible": a["report_assembly_admissible"],
+                "report_signature_match": a["report_signature_match"],
+                **dict.fromkeys(COMPONENTS),
+                "execution_error_type": None,
+                "selected_circuit_name": a["selected_circuit_name"],
+                "execution_ok": a["report_executable"],
+                "circuit_found": a["report_executable"],
+                "structural_match": a["report_signature_match"],
+                "width_match": None,
+                "gate_counts_match": None,
+                "qasm3_ok": a["report_assembly_admissible"],
+                "equivalent": None,
+                "equivalence_reason": NOT_IN_CONTRACT,
+                "error": None,
+                "duration_ms": None,
+                "category": None,
+                "detail_source": "cell_audit",
+                "evaluator_version": release.evaluator_version,
+                "environment": dict(environment),
+                "frozen": True,
+            }
+        )
     return out
 
 
-def _check_against_audit(cells: list[dict[str, Any]], audit: Mapping[str, Mapping[str, Any]],
-                         where: str) -> None:
+def _check_against_audit(
+    cells: list[dict[str, Any]], audit: Mapping[str, Mapping[str, Any]], where: str
+) -> None:
     differ = []
     for cell in cells:
         a = audit.get(cell["prompt_id"])
@@ -531,15 +606,19 @@ def _check_against_audit(cells: list[dict[str, Any]], audit: Mapping[str, Mappin
             differ.append(cell["prompt_id"])
             continue
         executable = cell["report_executable"]
-        if (a["report_executable"] != executable
-                or a["report_assembly_admissible"] != (executable
-                                                       and cell["report_assembly_admissible"])
-                or a["report_signature_match"] != cell["report_signature_match"]):
+        if (
+            a["report_executable"] != executable
+            or a["report_assembly_admissible"]
+            != (executable and cell["report_assembly_admissible"])
+            or a["report_signature_match"] != cell["report_signature_match"]
+        ):
             differ.append(cell["prompt_id"])
     if differ or len(audit) != len(cells):
-        raise ReleaseError(f"{where}: the cell audit ({CELL_AUDIT}) and this report disagree on "
-                           f"{max(len(differ), abs(len(audit) - len(cells)))} cells"
-                           + (f" (first: {differ[0]})" if differ else ""))
+        raise ReleaseError(
+            f"{where}: the cell audit ({CELL_AUDIT}) and this report disagree on "
+            f"{max(len(differ), abs(len(audit) - len(cells)))} cells"
+            + (f" (first: {differ[0]})" if differ else "")
+        )
 
 
 # -- the identifiability subset --------------------------------------------------------------
@@ -550,8 +629,10 @@ def identifiability_exclusions(release: Release) -> tuple[str, ...] | None:
     None where the release does not have the analysis."""
     if IDENTIFIABILITY in release.absent or not (release.root / IDENTIFIABILITY).is_file():
         return None
-    data = _read_json(release.require(IDENTIFIABILITY, "the identifiability table"),
-                      "the identifiability analysis")
+    data = _read_json(
+        release.require(IDENTIFIABILITY, "the identifiability table"),
+        "the identifiability analysis",
+    )
     excluded = data.get("exceptions") if isinstance(data, dict) else None
     if not isinstance(excluded, list):
         raise ReleaseError(f"{release.root / IDENTIFIABILITY}: no list of exceptions")
@@ -561,6 +642,15 @@ def identifiability_exclusions(release: Release) -> tuple[str, ...] | None:
     return tuple(str(i) for i in ids)
 
 
-__all__ = ["BATCH_DIR", "CELL_AUDIT", "IDENTIFIABILITY", "PROMPTS", "REPORT_NAME",
-           "cell_from_record", "frozen_cells", "frozen_environment", "frozen_rows",
-           "identifiability_exclusions"]
+__all__ = [
+    "BATCH_DIR",
+    "CELL_AUDIT",
+    "IDENTIFIABILITY",
+    "PROMPTS",
+    "REPORT_NAME",
+    "cell_from_record",
+    "frozen_cells",
+    "frozen_environment",
+    "frozen_rows",
+    "identifiability_exclusions",
+]

@@ -47,11 +47,15 @@ def parse_messages(where: str, pid: str, messages: object) -> tuple[dict[str, st
         raise ReleaseError(f"{where}: prompt {pid} has no messages list")
     clean: list[dict[str, str]] = []
     for m in messages:
-        if (not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant")
-                or not isinstance(m.get("content"), str)):
+        if (
+            not isinstance(m, dict)
+            or m.get("role") not in ("system", "user", "assistant")
+            or not isinstance(m.get("content"), str)
+        ):
             raise ReleaseError(
                 f"{where}: prompt {pid}: each message needs a role (system, user, assistant)"
-                " and a string content")
+                " and a string content"
+            )
         clean.append({"role": m["role"], "content": m["content"]})
     return tuple(clean)
 
@@ -85,13 +89,15 @@ def load_pqid_release(root: Path | str, *, allow_modified: bool = False) -> Rele
         raise ReleaseError(f"{root}: release directory does not exist")
     manifest_path = root / "release.json"
     manifest_bytes = read_file_bytes(
-        manifest_path, ReleaseError, missing="file is missing; is this a pqid-release/1 directory?")
+        manifest_path, ReleaseError, missing="file is missing; is this a pqid-release/1 directory?"
+    )
     manifest = parse_json_bytes(manifest_bytes, manifest_path, ReleaseError)
     if not isinstance(manifest, dict):
         raise ReleaseError(f"{manifest_path}: expected a JSON object")
     if manifest.get("format") != RELEASE_FORMAT:
         raise ReleaseError(
-            f"{manifest_path}: format is {manifest.get('format')!r}, expected {RELEASE_FORMAT!r}")
+            f"{manifest_path}: format is {manifest.get('format')!r}, expected {RELEASE_FORMAT!r}"
+        )
     for key in ("name", "version"):
         if not isinstance(manifest.get(key), str) or not manifest[key]:
             raise ReleaseError(f"{manifest_path}: {key!r} must be a non-empty string")
@@ -111,8 +117,9 @@ def load_pqid_release(root: Path | str, *, allow_modified: bool = False) -> Rele
     prompts_sha = sha256_file(prompts_path)
     if prompts_sha != expected_sha:
         mismatched.append(str(prompts_entry.get("path")))
-        problems.append(f"{prompts_path}: SHA-256 is {prompts_sha}, "
-                        f"release.json says {expected_sha}")
+        problems.append(
+            f"{prompts_path}: SHA-256 is {prompts_sha}, release.json says {expected_sha}"
+        )
 
     files = manifest.get("files", {})
     if not isinstance(files, dict):
@@ -126,20 +133,31 @@ def load_pqid_release(root: Path | str, *, allow_modified: bool = False) -> Rele
             mismatched.append(rel)
             problems.append(f"{path}: SHA-256 is {actual}, release.json says {sha}")
     if problems and not allow_modified:
-        raise ReleaseError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1
-                                          else "") + "; the release was modified")
+        raise ReleaseError(
+            problems[0]
+            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+            + "; the release was modified"
+        )
     listed = 1 + len(files)
-    verification = Verification("release.json", listed, listed - len(mismatched), (),
-                                tuple(mismatched), tuple(problems),
-                                time.perf_counter() - start)
+    verification = Verification(
+        "release.json",
+        listed,
+        listed - len(mismatched),
+        (),
+        tuple(mismatched),
+        tuple(problems),
+        time.perf_counter() - start,
+    )
 
     prompts: list[Prompt] = []
     seen: dict[str, int] = {}
     for number, obj in read_jsonl_objects(prompts_path, ReleaseError):
         prompt = _parse_prompt(prompts_path, number, obj)
         if prompt.prompt_id in seen:
-            raise ReleaseError(f"{prompts_path}:{number}: duplicate prompt_id {prompt.prompt_id!r}"
-                               f" (first on line {seen[prompt.prompt_id]})")
+            raise ReleaseError(
+                f"{prompts_path}:{number}: duplicate prompt_id {prompt.prompt_id!r}"
+                f" (first on line {seen[prompt.prompt_id]})"
+            )
         seen[prompt.prompt_id] = number
         prompts.append(prompt)
     count = prompts_entry.get("count")
@@ -156,20 +174,29 @@ def load_pqid_release(root: Path | str, *, allow_modified: bool = False) -> Rele
     if not isinstance(evaluator, dict):
         raise ReleaseError(f"{manifest_path}: 'evaluator' must be an object")
     reqs = evaluator.get("requirements")
-    if reqs is not None and (not isinstance(reqs, list)
-                             or not all(isinstance(r, str) and r for r in reqs)):
+    if reqs is not None and (
+        not isinstance(reqs, list) or not all(isinstance(r, str) and r for r in reqs)
+    ):
         raise ReleaseError(f"{manifest_path}: evaluator.requirements must be a list of pins")
     return Release(
-        root=root, name=manifest["name"], version=manifest["version"],
-        digest=hashlib.sha256(manifest_bytes).hexdigest(), prompts_sha256=prompts_sha,
-        modified=bool(problems), prompts=tuple(prompts), matrix_rows=rows,
-        evaluator_version=evaluator.get("version") if isinstance(evaluator.get("version"), str)
+        root=root,
+        name=manifest["name"],
+        version=manifest["version"],
+        digest=hashlib.sha256(manifest_bytes).hexdigest(),
+        prompts_sha256=prompts_sha,
+        modified=bool(problems),
+        prompts=tuple(prompts),
+        matrix_rows=rows,
+        evaluator_version=evaluator.get("version")
+        if isinstance(evaluator.get("version"), str)
         else None,
         evaluator_requirements=tuple(reqs) if reqs is not None else None,
         problems=tuple(problems),
         contract=_contract(manifest_path, evaluator),
-        verified_files=1 + len(files), manifest_files=1 + len(files),
-        verifier=_LoadedVerification(verification))
+        verified_files=1 + len(files),
+        manifest_files=1 + len(files),
+        verifier=_LoadedVerification(verification),
+    )
 
 
 class _LoadedVerification:
@@ -188,9 +215,11 @@ class _LoadedVerification:
 def _contract(manifest_path: Path, evaluator: dict[str, Any]) -> str:
     contract = evaluator.get("contract", CONTRACT_PROJECT)
     if contract not in (CONTRACT_PROJECT, CONTRACT_PQID_BENCH):
-        raise ReleaseError(f"{manifest_path}: evaluator.contract {contract!r} is not a scoring "
-                           f"contract this version knows ({CONTRACT_PROJECT}, "
-                           f"{CONTRACT_PQID_BENCH})")
+        raise ReleaseError(
+            f"{manifest_path}: evaluator.contract {contract!r} is not a scoring "
+            f"contract this version knows ({CONTRACT_PROJECT}, "
+            f"{CONTRACT_PQID_BENCH})"
+        )
     return str(contract)
 
 
@@ -202,7 +231,7 @@ def _load_matrix(root: Path, files: dict[str, Any]) -> tuple[FrozenRow, ...]:
         raise ReleaseError(f"{path}: present but not listed with its SHA-256 in release.json")
     data = _read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-        raise ReleaseError(f"{path}: expected {{\"rows\": [...]}}")
+        raise ReleaseError(f'{path}: expected {{"rows": [...]}}')
     rows: list[FrozenRow] = []
     labels: set[str] = set()
     for i, row in enumerate(data["rows"], start=1):

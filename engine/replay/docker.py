@@ -74,6 +74,8 @@ def container_user() -> str:
     """A fresh non-root uid:gid for one evaluator container (no host user has one this high)."""
     uid = CONTAINER_UID_BASE + secrets.randbelow(CONTAINER_UID_SPAN)
     return f"{uid}:{uid}"
+
+
 IMAGE_INPUTS_FORMAT = "pqid-evaluator-image/1"
 
 _STDERR_TAIL = 16 * 1024
@@ -94,10 +96,13 @@ class EvaluatorConfig:
     contract: str = "pqid-tui-1"
 
     def message(self) -> dict[str, Any]:
-        return {"type": "config", "timeout_seconds": self.timeout_seconds,
-                "memory_mb": self.memory_mb,
-                "equivalence_max_qubits": self.equivalence_max_qubits,
-                "contract": self.contract}
+        return {
+            "type": "config",
+            "timeout_seconds": self.timeout_seconds,
+            "memory_mb": self.memory_mb,
+            "equivalence_max_qubits": self.equivalence_max_qubits,
+            "contract": self.contract,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +115,13 @@ class EvaluationItem:
     target_metadata: dict[str, Any] = field(repr=False)
 
     def message(self) -> dict[str, Any]:
-        return {"type": "item", "prompt_id": self.prompt_id, "content": self.content,
-                "generated_code": self.generated_code, "target_metadata": self.target_metadata}
+        return {
+            "type": "item",
+            "prompt_id": self.prompt_id,
+            "content": self.content,
+            "generated_code": self.generated_code,
+            "target_metadata": self.target_metadata,
+        }
 
 
 @dataclass(slots=True)
@@ -141,8 +151,12 @@ class EvaluatorRunner(Protocol):
         """Make the evaluator runnable (build or reuse its image); return what will run."""
         ...
 
-    def run(self, items: Sequence[EvaluationItem], config: EvaluatorConfig,
-            on_line: LineCallback | None = None) -> RunOutcome:
+    def run(
+        self,
+        items: Sequence[EvaluationItem],
+        config: EvaluatorConfig,
+        on_line: LineCallback | None = None,
+    ) -> RunOutcome:
         """Evaluate every item; `on_line` sees each `started` and `evaluation` message."""
         ...
 
@@ -155,13 +169,21 @@ def wall_clock_budget(count: int, config: EvaluatorConfig) -> float:
 def killed_evaluation(prompt_id: str, reason: str) -> dict[str, Any]:
     """The canonical evaluation of a response that was running when the evaluator died."""
     return {
-        "prompt_id": prompt_id, "category": "execution_error", "execution_ok": False,
-        "circuit_found": False, "structural_match": False, "width_match": False,
-        "gate_types_match": False, "gate_counts_match": False, "qasm3_ok": False,
-        "equivalent": None, "equivalence_reason": "not checked: the evaluator was killed",
+        "prompt_id": prompt_id,
+        "category": "execution_error",
+        "execution_ok": False,
+        "circuit_found": False,
+        "structural_match": False,
+        "width_match": False,
+        "gate_types_match": False,
+        "gate_counts_match": False,
+        "qasm3_ok": False,
+        "equivalent": None,
+        "equivalence_reason": "not checked: the evaluator was killed",
         "error": f"EvaluatorKilled: the evaluator was killed while running this response "
-                 f"({reason}); the remaining responses were evaluated by a fresh evaluator",
-        "duration_ms": None, "evaluator_killed": True,
+        f"({reason}); the remaining responses were evaluated by a fresh evaluator",
+        "duration_ms": None,
+        "evaluator_killed": True,
     }
 
 
@@ -229,16 +251,23 @@ def _encode(message: dict[str, Any]) -> bytes:
     return json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
 
 
-def _drive(open_session: Callable[[], _Session], items: Sequence[EvaluationItem],
-           config: EvaluatorConfig, on_line: LineCallback | None,
-           wall_clock_seconds: float | None) -> RunOutcome:
+def _drive(
+    open_session: Callable[[], _Session],
+    items: Sequence[EvaluationItem],
+    config: EvaluatorConfig,
+    on_line: LineCallback | None,
+    wall_clock_seconds: float | None,
+) -> RunOutcome:
     """Run items through as many evaluator sessions as it takes (see the module docstring)."""
     outcome = RunOutcome()
     position = {item.prompt_id: i for i, item in enumerate(items)}
     if len(position) != len(items):
         raise ValueError("evaluation items must have distinct prompt IDs")
-    budget = wall_clock_seconds if wall_clock_seconds is not None else wall_clock_budget(
-        len(items), config)
+    budget = (
+        wall_clock_seconds
+        if wall_clock_seconds is not None
+        else wall_clock_budget(len(items), config)
+    )
     deadline = time.monotonic() + budget
     pending: list[EvaluationItem] = list(items)
     alone: list[EvaluationItem] = []  # in progress together when an evaluator died: one by one
@@ -252,11 +281,13 @@ def _drive(open_session: Callable[[], _Session], items: Sequence[EvaluationItem]
             for item in [*batch, *alone, *pending]:
                 outcome.not_evaluated[item.prompt_id] = (
                     f"not evaluated: the evaluator run exceeded its wall-clock limit of "
-                    f"{budget:.0f} s")
+                    f"{budget:.0f} s"
+                )
             break
         before = len(outcome.evaluations)
-        result = _run_session(open_session(), batch, config, on_line, outcome, position,
-                              len(items), remaining)
+        result = _run_session(
+            open_session(), batch, config, on_line, outcome, position, len(items), remaining
+        )
         progressed = len(outcome.evaluations) > before
         unfinished = [it for it in batch if it.prompt_id not in outcome.evaluations]
         if result.fatal is not None:
@@ -265,12 +296,14 @@ def _drive(open_session: Callable[[], _Session], items: Sequence[EvaluationItem]
             for item in [*unfinished, *alone, *pending]:
                 outcome.not_evaluated[item.prompt_id] = (
                     f"not evaluated: the evaluator run exceeded its wall-clock limit of "
-                    f"{budget:.0f} s and was killed")
+                    f"{budget:.0f} s and was killed"
+                )
             break
         if result.done:
             for item in unfinished:
                 outcome.not_evaluated[item.prompt_id] = (
-                    "not evaluated: the evaluator finished without returning an evaluation")
+                    "not evaluated: the evaluator finished without returning an evaluation"
+                )
             continue
         # The evaluator died before `done`.
         if not unfinished:
@@ -283,10 +316,12 @@ def _drive(open_session: Callable[[], _Session], items: Sequence[EvaluationItem]
             if not outcome.evaluations:
                 raise EvaluatorFailed(
                     f"the evaluator stopped before evaluating anything ({result.ending})"
-                    + _tail_for_message(outcome.stderr_tail))
+                    + _tail_for_message(outcome.stderr_tail)
+                )
             for item in [*unfinished, *alone, *pending]:
                 outcome.not_evaluated[item.prompt_id] = (
-                    f"not evaluated: the evaluator stopped before starting it ({result.ending})")
+                    f"not evaluated: the evaluator stopped before starting it ({result.ending})"
+                )
             break
         if len(running) == 1 or solo:
             for item in running:
@@ -305,20 +340,41 @@ def _tail_for_message(tail: str) -> str:
     return f"; its last output: {tail[-800:]}" if tail else ""
 
 
-def _accept(evaluation: dict[str, Any], outcome: RunOutcome, on_line: LineCallback | None,
-            position: dict[str, int], total: int, *, synthesized: bool = False) -> None:
+def _accept(
+    evaluation: dict[str, Any],
+    outcome: RunOutcome,
+    on_line: LineCallback | None,
+    position: dict[str, int],
+    total: int,
+    *,
+    synthesized: bool = False,
+) -> None:
     pid = evaluation["prompt_id"]
     evaluation.setdefault("evaluator_version", outcome.evaluator_version)
     evaluation.setdefault("environment", outcome.environment)
     outcome.evaluations[pid] = evaluation
     if on_line is not None:
-        on_line({"type": "evaluation", "evaluation": evaluation, "index": position[pid],
-                 "total": total, "synthesized": synthesized})
+        on_line(
+            {
+                "type": "evaluation",
+                "evaluation": evaluation,
+                "index": position[pid],
+                "total": total,
+                "synthesized": synthesized,
+            }
+        )
 
 
-def _run_session(session: _Session, batch: Sequence[EvaluationItem], config: EvaluatorConfig,
-                 on_line: LineCallback | None, outcome: RunOutcome, position: dict[str, int],
-                 total: int, seconds: float) -> _SessionResult:
+def _run_session(
+    session: _Session,
+    batch: Sequence[EvaluationItem],
+    config: EvaluatorConfig,
+    on_line: LineCallback | None,
+    outcome: RunOutcome,
+    position: dict[str, int],
+    total: int,
+    seconds: float,
+) -> _SessionResult:
     result = _SessionResult()
     expected = {item.prompt_id for item in batch}
     outcome.sessions += 1
@@ -366,12 +422,21 @@ def _run_session(session: _Session, batch: Sequence[EvaluationItem], config: Eva
                 if isinstance(pid, str) and pid in expected and pid not in result.started:
                     result.started.append(pid)
                     if on_line is not None:
-                        on_line({"type": "started", "prompt_id": pid, "index": position[pid],
-                                 "total": total})
+                        on_line(
+                            {
+                                "type": "started",
+                                "prompt_id": pid,
+                                "index": position[pid],
+                                "total": total,
+                            }
+                        )
             elif kind == "evaluation":
                 evaluation = message.get("evaluation")
-                if (isinstance(evaluation, dict) and evaluation.get("prompt_id") in expected
-                        and evaluation["prompt_id"] not in outcome.evaluations):
+                if (
+                    isinstance(evaluation, dict)
+                    and evaluation.get("prompt_id") in expected
+                    and evaluation["prompt_id"] not in outcome.evaluations
+                ):
                     timing = message.get("timing")
                     if isinstance(timing, dict):
                         outcome.item_timing[evaluation["prompt_id"]] = timing
@@ -389,8 +454,7 @@ def _run_session(session: _Session, batch: Sequence[EvaluationItem], config: Eva
         if not result.done:
             with contextlib.suppress(Exception):
                 session.kill()
-            result.ending = ("wall-clock limit exceeded" if result.timed_out
-                             else session.ending())
+            result.ending = "wall-clock limit exceeded" if result.timed_out else session.ending()
         outcome.stderr_tail = session.stderr_tail()
         return result
     finally:
@@ -414,7 +478,7 @@ def _split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
             cut = buffer.find(b"\n")
             if cut < 0:
                 break
-            line, buffer = buffer[:cut], buffer[cut + 1:]
+            line, buffer = buffer[:cut], buffer[cut + 1 :]
             if line.strip():
                 yield line
         if len(buffer) > _MAX_LINE:
@@ -427,11 +491,18 @@ def _split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 
 class _ProcessSession:
-    def __init__(self, command: Sequence[str], env: dict[str, str] | None,
-                 cwd: Path | None) -> None:
+    def __init__(
+        self, command: Sequence[str], env: dict[str, str] | None, cwd: Path | None
+    ) -> None:
         self.proc = subprocess.Popen(
-            list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
+            list(command),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
         self._tail = b""
         self._drain = threading.Thread(target=self._read_stderr, daemon=True)
         self._drain.start()
@@ -492,8 +563,14 @@ class LocalEvaluatorRunner:
     tested without Docker, and `command` lets tests substitute a scripted stand-in evaluator.
     """
 
-    def __init__(self, command: Sequence[str] | None = None, *, env: dict[str, str] | None = None,
-                 cwd: Path | None = None, wall_clock_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        command: Sequence[str] | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        wall_clock_seconds: float | None = None,
+    ) -> None:
         self.command = list(command) if command else [sys.executable, "-m", "evaluator", "serve"]
         self.env = env
         self.cwd = cwd
@@ -502,10 +579,19 @@ class LocalEvaluatorRunner:
     def ensure_image(self, *, build: bool, progress: ProgressCallback | None = None) -> str:
         return "local:" + " ".join(self.command)
 
-    def run(self, items: Sequence[EvaluationItem], config: EvaluatorConfig,
-            on_line: LineCallback | None = None) -> RunOutcome:
-        return _drive(lambda: _ProcessSession(self.command, self.env, self.cwd), items, config,
-                      on_line, self.wall_clock_seconds)
+    def run(
+        self,
+        items: Sequence[EvaluationItem],
+        config: EvaluatorConfig,
+        on_line: LineCallback | None = None,
+    ) -> RunOutcome:
+        return _drive(
+            lambda: _ProcessSession(self.command, self.env, self.cwd),
+            items,
+            config,
+            on_line,
+            self.wall_clock_seconds,
+        )
 
 
 # -- Docker ----------------------------------------------------------------------------------------
@@ -538,8 +624,9 @@ def connect(client: Any = None) -> Any:
     hint = "start it (`systemctl start docker`) or set DOCKER_HOST to a reachable engine"
     tail = "Replay runs generated code only inside a container"
     if where.startswith("unix://") and not Path(where.removeprefix("unix://")).exists():
-        raise DockerUnavailable(f"no Docker Engine reachable at {where} (the socket does not "
-                                f"exist): {hint}. {tail}")
+        raise DockerUnavailable(
+            f"no Docker Engine reachable at {where} (the socket does not exist): {hint}. {tail}"
+        )
     try:
         found = docker.from_env()
         found.ping()
@@ -551,7 +638,8 @@ def connect(client: Any = None) -> Any:
         if "Permission denied" in str(exc):
             hint = "your user may not use it: join the `docker` group or use a rootless engine"
         raise DockerUnavailable(
-            f"no Docker Engine reachable at {where} ({_short(exc)}): {hint}. {tail}") from None
+            f"no Docker Engine reachable at {where} ({_short(exc)}): {hint}. {tail}"
+        ) from None
     return found
 
 
@@ -574,13 +662,21 @@ class BuildContext:
     wheelhouse: tuple[Path, ...]
 
     @classmethod
-    def assemble(cls, *, requirements: Sequence[str] | None = None,
-                 wheelhouse: Path | None = None, source_dir: Path | None = None) -> BuildContext:
+    def assemble(
+        cls,
+        *,
+        requirements: Sequence[str] | None = None,
+        wheelhouse: Path | None = None,
+        source_dir: Path | None = None,
+    ) -> BuildContext:
         src = source_dir or evaluator_source_dir()
         try:
             dockerfile = (src / "Dockerfile").read_bytes()
-            pinned = ("".join(f"{r}\n" for r in requirements).encode() if requirements
-                      else (src / "requirements.txt").read_bytes())
+            pinned = (
+                "".join(f"{r}\n" for r in requirements).encode()
+                if requirements
+                else (src / "requirements.txt").read_bytes()
+            )
         except OSError as exc:
             raise EvaluatorFailed(f"the evaluator's build files are missing: {exc}") from None
         files = [("Dockerfile", dockerfile), ("requirements.txt", pinned)]
@@ -595,8 +691,10 @@ class BuildContext:
                 raise UsageError(f"--wheelhouse {wheelhouse}: not a directory")
             wheels = tuple(sorted(wheelhouse.glob("*.whl")))
             if not wheels:
-                raise UsageError(f"--wheelhouse {wheelhouse}: holds no .whl files "
-                                 "(fill it with .ci/wheelhouse-fill DIR)")
+                raise UsageError(
+                    f"--wheelhouse {wheelhouse}: holds no .whl files "
+                    "(fill it with .ci/wheelhouse-fill DIR)"
+                )
         return cls(tuple(files), wheels)
 
     def digest(self, base_image_id: str) -> str:
@@ -669,8 +767,9 @@ def _raw_socket(sock: Any) -> socket.socket:
 
 
 class _ContainerSession:
-    def __init__(self, client: Any, image: str, run_id: str, limits: ContainerLimits,
-                 cpus: float) -> None:
+    def __init__(
+        self, client: Any, image: str, run_id: str, limits: ContainerLimits, cpus: float
+    ) -> None:
         from docker.types import LogConfig, Ulimit
 
         self.client = client
@@ -680,15 +779,20 @@ class _ContainerSession:
             read_only=True,
             # exec stays allowed: the untrusted code is Python, which noexec would not stop,
             # and native libraries may need to map temporary files executable.
-            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={limits.tmpfs_size},"
-                           f"nr_inodes={limits.tmpfs_inodes},mode=1777"},
-            mem_limit=limits.mem_limit, memswap_limit=limits.mem_limit,
+            tmpfs={
+                "/tmp": f"rw,exec,nosuid,nodev,size={limits.tmpfs_size},"
+                f"nr_inodes={limits.tmpfs_inodes},mode=1777"
+            },
+            mem_limit=limits.mem_limit,
+            memswap_limit=limits.mem_limit,
             pids_limit=limits.pids_limit,
             nano_cpus=int(cpus * 1e9),
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
-            ulimits=[Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
-                     Ulimit(name="core", soft=0, hard=0)],
+            ulimits=[
+                Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
+                Ulimit(name="core", soft=0, hard=0),
+            ],
             # Nothing is logged on the host: a snippet's flood of output fills no host disk.
             log_config=LogConfig(type=LogConfig.types.NONE),
         )
@@ -703,14 +807,26 @@ class _ContainerSession:
             # Ctrl-C waits for the ID: an interrupted call may still create the container.
             with _interrupts_held():
                 created = api.create_container(
-                    image, stdin_open=True, detach=False, tty=False, user=container_user(),
-                    hostname="evaluator", environment={}, host_config=host_config,
-                    labels={REPLAY_LABEL: "1", RUN_LABEL: run_id, ROLE_LABEL: "evaluator",
-                            OWNER_LABEL: _owner()})
+                    image,
+                    stdin_open=True,
+                    detach=False,
+                    tty=False,
+                    user=container_user(),
+                    hostname="evaluator",
+                    environment={},
+                    host_config=host_config,
+                    labels={
+                        REPLAY_LABEL: "1",
+                        RUN_LABEL: run_id,
+                        ROLE_LABEL: "evaluator",
+                        OWNER_LABEL: _owner(),
+                    },
+                )
                 self.container_id = str(created["Id"])
             self.container = client.containers.get(self.container_id)
             self.response_sock = self.container.attach_socket(
-                params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+                params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
             self.sock = _raw_socket(self.response_sock)
             self.sock.settimeout(None)
             self.reader = _FrameReader(self.sock)
@@ -774,11 +890,13 @@ def _remove_container(client: Any, container_id: str) -> str | None:
 
 
 # Lists the interpreter and every installed distribution; run in the image itself.
-_PROBE = ("import importlib.metadata as m, json, platform\n"
-          "print(json.dumps({'python': platform.python_version(),\n"
-          " 'implementation': platform.python_implementation(),\n"
-          " 'machine': platform.machine(),\n"
-          " 'packages': {d.metadata['Name']: d.version for d in m.distributions()}}))\n")
+_PROBE = (
+    "import importlib.metadata as m, json, platform\n"
+    "print(json.dumps({'python': platform.python_version(),\n"
+    " 'implementation': platform.python_implementation(),\n"
+    " 'machine': platform.machine(),\n"
+    " 'packages': {d.metadata['Name']: d.version for d in m.distributions()}}))\n"
+)
 _probed: dict[tuple[str, str], dict[str, Any]] = {}
 
 
@@ -804,23 +922,39 @@ def _probe_image(client: Any, image: str, python: str, run_id: str) -> dict[str,
         # wait has no time limit.
         with _interrupts_held():
             container = client.containers.create(
-                image_id, entrypoint=[python], command=["-c", _PROBE], network_mode="none",
-                read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
-                user=container_user(), mem_limit="512m", pids_limit=64, environment={},
+                image_id,
+                entrypoint=[python],
+                command=["-c", _PROBE],
+                network_mode="none",
+                read_only=True,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                user=container_user(),
+                mem_limit="512m",
+                pids_limit=64,
+                environment={},
                 tmpfs={"/tmp": "rw,nosuid,nodev,size=16m"},
-                labels={REPLAY_LABEL: "1", RUN_LABEL: run_id, ROLE_LABEL: "probe",
-                        OWNER_LABEL: _owner()})
+                labels={
+                    REPLAY_LABEL: "1",
+                    RUN_LABEL: run_id,
+                    ROLE_LABEL: "probe",
+                    OWNER_LABEL: _owner(),
+                },
+            )
         container.start()
         status = container.wait(timeout=_PROBE_SECONDS).get("StatusCode")
         output = container.logs(stdout=True, stderr=status != 0)
         if status != 0:
             said = " ".join(bytes(output).decode("utf-8", "replace").split())
-            raise EvaluatorFailed(f"could not list the Python environment of {image} "
-                                  f"(`{python}` in it exited with status {status}): "
-                                  f"{said[-300:]}")
+            raise EvaluatorFailed(
+                f"could not list the Python environment of {image} "
+                f"(`{python}` in it exited with status {status}): "
+                f"{said[-300:]}"
+            )
     except (DockerException, OSError) as exc:  # OSError: requests' errors, a wait's timeout
-        raise EvaluatorFailed(f"could not list the Python environment of {image} "
-                              f"(`{python}` in it): {_short(exc)}") from None
+        raise EvaluatorFailed(
+            f"could not list the Python environment of {image} (`{python}` in it): {_short(exc)}"
+        ) from None
     finally:
         if container is not None:
             _remove_container(client, container.id)
@@ -828,13 +962,18 @@ def _probe_image(client: Any, image: str, python: str, run_id: str) -> dict[str,
     try:
         found = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
-        raise EvaluatorFailed(f"could not list the Python environment of {image}: "
-                              f"unexpected output {bytes(output)[:200]!r}") from None
+        raise EvaluatorFailed(
+            f"could not list the Python environment of {image}: "
+            f"unexpected output {bytes(output)[:200]!r}"
+        ) from None
     packages = found.get("packages") if isinstance(found, dict) else None
-    facts = {"python": found.get("python"), "implementation": found.get("implementation"),
-             "machine": found.get("machine"),
-             "packages": dict(sorted((str(k), str(v)) for k, v in (packages or {}).items())),
-             "complete": True}
+    facts = {
+        "python": found.get("python"),
+        "implementation": found.get("implementation"),
+        "machine": found.get("machine"),
+        "packages": dict(sorted((str(k), str(v)) for k, v in (packages or {}).items())),
+        "complete": True,
+    }
     _probed[key] = facts
     return dict(facts)
 
@@ -859,17 +998,24 @@ def _owner_alive(owner: str) -> bool:
 class DockerEvaluatorRunner:
     """The product's runner: the evaluator image, built or reused, run in a hardened container."""
 
-    def __init__(self, *, base_image: str | None = None, wheelhouse: Path | None = None,
-                 requirements: Sequence[str] | None = None, client: Any = None,
-                 limits: ContainerLimits | None = None,
-                 wall_clock_seconds: float | None = None,
-                 source_dir: Path | None = None,
-                 python_version: str | None = None,
-                 allow_environment_mismatch: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        base_image: str | None = None,
+        wheelhouse: Path | None = None,
+        requirements: Sequence[str] | None = None,
+        client: Any = None,
+        limits: ContainerLimits | None = None,
+        wall_clock_seconds: float | None = None,
+        source_dir: Path | None = None,
+        python_version: str | None = None,
+        allow_environment_mismatch: bool = False,
+    ) -> None:
         # A release that pins its interpreter ("3.13") gets that Python's official slim image
         # by default; without a registry, --base-image names a local one (.ci/base-image).
-        self.base_image = base_image or (f"python:{python_version}-slim" if python_version
-                                         else DEFAULT_BASE_IMAGE)
+        self.base_image = base_image or (
+            f"python:{python_version}-slim" if python_version else DEFAULT_BASE_IMAGE
+        )
         self.python_version = python_version
         self.allow_environment_mismatch = allow_environment_mismatch
         self.environment_notes: list[str] = []  # a mismatch the user chose to accept
@@ -891,8 +1037,9 @@ class DockerEvaluatorRunner:
         return f"{IMAGE_REPOSITORY}:{context.digest(self._base_image_id(build=False))[:16]}"
 
     def _context(self) -> BuildContext:
-        return BuildContext.assemble(requirements=self.requirements, wheelhouse=self.wheelhouse,
-                                     source_dir=self.source_dir)
+        return BuildContext.assemble(
+            requirements=self.requirements, wheelhouse=self.wheelhouse, source_dir=self.source_dir
+        )
 
     def _base_image_id(self, *, build: bool, progress: ProgressCallback | None = None) -> str:
         from docker.errors import APIError, ImageNotFound
@@ -905,7 +1052,8 @@ class DockerEvaluatorRunner:
             raise UsageError(
                 f"the base image {self.base_image} is not on the Docker Engine, so the evaluator "
                 "image is missing too: pass --build-image (and --base-image IMAGE for a local "
-                "base, e.g. one made by .ci/base-image, where no registry is reachable)")
+                "base, e.g. one made by .ci/base-image, where no registry is reachable)"
+            )
         if progress is not None:
             progress(ImageBuildLog(f"pulling the base image {self.base_image}"))
         try:
@@ -915,7 +1063,8 @@ class DockerEvaluatorRunner:
                 f"the base image {self.base_image} is not on the Docker Engine and cannot be "
                 f"pulled ({_short(exc)}): pass --base-image IMAGE naming a local image with "
                 "python3 3.10+ and venv (without a registry: .ci/base-image builds one from a "
-                "Debian root filesystem)") from None
+                "Debian root filesystem)"
+            ) from None
 
     def ensure_image(self, *, build: bool, progress: ProgressCallback | None = None) -> str:
         """Build or reuse the image, after checking that its Python is the release's."""
@@ -935,10 +1084,10 @@ class DockerEvaluatorRunner:
             if not build:
                 raise UsageError(
                     f"the evaluator image {tag} (base {self.base_image}) does not exist yet: "
-                    "pass --build-image to build it") from None
+                    "pass --build-image to build it"
+                ) from None
             # Checked before a build of minutes, which would fail or make the wrong thing.
-            self._check_python(_probe_image(self.client, self.base_image, "python3",
-                                            self.run_id))
+            self._check_python(_probe_image(self.client, self.base_image, "python3", self.run_id))
             self._build(context, tag, digest, progress)
             built = True
         else:
@@ -946,9 +1095,13 @@ class DockerEvaluatorRunner:
         facts = _probe_image(self.client, tag, "/opt/pqid-venv/bin/python", self.run_id)
         self._check_python(facts)
         self.image = tag
-        self.image_facts = {**facts, "image": tag,
-                            "image_id": str(self.client.images.get(tag).id),
-                            "base_image": self.base_image, "base_image_id": base_id}
+        self.image_facts = {
+            **facts,
+            "image": tag,
+            "image_id": str(self.client.images.get(tag).id),
+            "base_image": self.base_image,
+            "base_image_id": base_id,
+        }
         if progress is not None:
             progress(ImageReady(tag, built=built))
         return tag
@@ -958,8 +1111,10 @@ class DockerEvaluatorRunner:
         have = facts.get("python")
         if want is None or (isinstance(have, str) and python_series(have) == want):
             return
-        note = (f"the release's frozen rows were scored with Python {want}, but the base image "
-                f"{self.base_image} has Python {have}")
+        note = (
+            f"the release's frozen rows were scored with Python {want}, but the base image "
+            f"{self.base_image} has Python {have}"
+        )
         if self.allow_environment_mismatch:
             if note not in self.environment_notes:
                 self.environment_notes.append(note)
@@ -969,14 +1124,20 @@ class DockerEvaluatorRunner:
             f"`.ci/base-image pqid-base:trixie trixie` builds one with 3.13, and "
             f"`.ci/wheelhouse-fill --python-version {want} DIR PINS` fills its --wheelhouse), "
             "or --allow-environment-mismatch to score anyway (the summary then says "
-            "environment_matches_release: false)")
+            "environment_matches_release: false)"
+        )
 
     def environment_facts(self) -> dict[str, Any] | None:
         """What the evaluator image holds: interpreter, every distribution, image IDs."""
         return dict(self.image_facts) if self.image_facts is not None else None
 
-    def build(self, *, tag: str | None = None, nocache: bool = False,
-              progress: ProgressCallback | None = None) -> str:
+    def build(
+        self,
+        *,
+        tag: str | None = None,
+        nocache: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> str:
         """Build the image from its inputs even if it exists; return the tag it was given.
 
         With the layer cache, unless `nocache`. `tag` names the result instead of the usual
@@ -988,8 +1149,15 @@ class DockerEvaluatorRunner:
         self._build(context, tag, digest, progress, nocache=nocache)
         return tag
 
-    def _build(self, context: BuildContext, tag: str, digest: str,
-               progress: ProgressCallback | None, *, nocache: bool = False) -> None:
+    def _build(
+        self,
+        context: BuildContext,
+        tag: str,
+        digest: str,
+        progress: ProgressCallback | None,
+        *,
+        nocache: bool = False,
+    ) -> None:
         from docker.errors import APIError
 
         def log(line: str) -> None:
@@ -999,15 +1167,28 @@ class DockerEvaluatorRunner:
                 progress(ImageBuildLog(line))
 
         tail: list[str] = []
-        log(f"building {tag} from {self.base_image}"
-            + (f" with {len(context.wheelhouse)} wheels from {self.wheelhouse}"
-               if context.wheelhouse else " (requirements from the package index)"))
+        log(
+            f"building {tag} from {self.base_image}"
+            + (
+                f" with {len(context.wheelhouse)} wheels from {self.wheelhouse}"
+                if context.wheelhouse
+                else " (requirements from the package index)"
+            )
+        )
         error: str | None = None
         try:
             stream = self.client.api.build(
-                fileobj=context.tar(), custom_context=True, tag=tag, rm=True, forcerm=True,
-                pull=False, nocache=nocache, decode=True, buildargs={"BASE_IMAGE": self.base_image},
-                labels={INPUTS_LABEL: digest})
+                fileobj=context.tar(),
+                custom_context=True,
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                nocache=nocache,
+                decode=True,
+                buildargs={"BASE_IMAGE": self.base_image},
+                labels={INPUTS_LABEL: digest},
+            )
             for chunk in stream:
                 for line in _ANSI.sub("", str(chunk.get("stream") or "")).splitlines():
                     if line.strip():
@@ -1020,15 +1201,19 @@ class DockerEvaluatorRunner:
             return
         # The classic builder repeats the whole failed command; the step's own output says why.
         failed = _STEP_FAILED.search(error)
-        summary = (f"a build step exited with status {failed.group(1)}" if failed
-                   else error[:300])
+        summary = f"a build step exited with status {failed.group(1)}" if failed else error[:300]
         reasons = [line for line in tail if re.match(r"\s*(ERROR|E:|error:)", line)]
         detail = " | ".join((reasons or [line for line in tail if not _NOISE.match(line)])[-6:])
-        hint = ("" if context.wheelhouse else
-                "; where no package index is reachable, pass --wheelhouse DIR "
-                "(filled by .ci/wheelhouse-fill DIR)")
-        raise ImageBuildError(f"building the evaluator image from {self.base_image} failed "
-                              f"({summary}): {detail}{hint}")
+        hint = (
+            ""
+            if context.wheelhouse
+            else "; where no package index is reachable, pass --wheelhouse DIR "
+            "(filled by .ci/wheelhouse-fill DIR)"
+        )
+        raise ImageBuildError(
+            f"building the evaluator image from {self.base_image} failed "
+            f"({summary}): {detail}{hint}"
+        )
 
     # -- containers ----------------------------------------------------------------------------
     def remove_leftovers(self) -> int:
@@ -1036,8 +1221,7 @@ class DockerEvaluatorRunner:
         removed = 0
         # The low-level listing: `containers.list` fetches each container again by ID and
         # raises NotFound when another replay removes its own container in between.
-        for container in self.client.api.containers(all=True,
-                                                    filters={"label": REPLAY_LABEL}):
+        for container in self.client.api.containers(all=True, filters={"label": REPLAY_LABEL}):
             labels = container.get("Labels") or {}
             if labels.get(RUN_LABEL) == self.run_id:
                 continue
@@ -1050,13 +1234,18 @@ class DockerEvaluatorRunner:
         self.removed_leftovers += removed
         return removed
 
-    def run(self, items: Sequence[EvaluationItem], config: EvaluatorConfig,
-            on_line: LineCallback | None = None) -> RunOutcome:
+    def run(
+        self,
+        items: Sequence[EvaluationItem],
+        config: EvaluatorConfig,
+        on_line: LineCallback | None = None,
+    ) -> RunOutcome:
         with self._removing_on_interrupt():
             return self._run(items, config, on_line)
 
-    def _run(self, items: Sequence[EvaluationItem], config: EvaluatorConfig,
-             on_line: LineCallback | None) -> RunOutcome:
+    def _run(
+        self, items: Sequence[EvaluationItem], config: EvaluatorConfig, on_line: LineCallback | None
+    ) -> RunOutcome:
         if self.image is None:
             self.ensure_image(build=False)
         assert self.image is not None
@@ -1070,8 +1259,10 @@ class DockerEvaluatorRunner:
             try:
                 return _ContainerSession(self.client, image, self.run_id, self.limits, cpus)
             except DockerException as exc:
-                raise EvaluatorFailed(f"the Docker Engine could not start the evaluator "
-                                      f"container from {image}: {_short(exc)}") from None
+                raise EvaluatorFailed(
+                    f"the Docker Engine could not start the evaluator "
+                    f"container from {image}: {_short(exc)}"
+                ) from None
 
         return _drive(start, items, config, on_line, self.wall_clock_seconds)
 
@@ -1091,10 +1282,13 @@ class DockerEvaluatorRunner:
         with _interrupts_held(redeliver=False):
             try:
                 found = self.client.api.containers(
-                    all=True, filters={"label": f"{RUN_LABEL}={self.run_id}"})
+                    all=True, filters={"label": f"{RUN_LABEL}={self.run_id}"}
+                )
             except Exception as exc:  # the engine's answer, or none
-                return [f"any container labelled {RUN_LABEL}={self.run_id} (could not list "
-                        f"them: {_short(exc)})"]
+                return [
+                    f"any container labelled {RUN_LABEL}={self.run_id} (could not list "
+                    f"them: {_short(exc)})"
+                ]
             left = []
             for container in found:
                 why = _remove_container(self.client, container["Id"])

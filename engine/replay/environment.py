@@ -61,8 +61,11 @@ class EnvironmentPin:
         return parse_pins(self.requirements)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"python": self.python, "requirements": list(self.requirements),
-                "source": self.source}
+        return {
+            "python": self.python,
+            "requirements": list(self.requirements),
+            "source": self.source,
+        }
 
 
 def environments_dir() -> Path:
@@ -86,8 +89,9 @@ def read_pin_file(path: Path) -> tuple[str | None, tuple[str, ...]]:
     return python, tuple(lines)
 
 
-def release_environment(requirements: Sequence[str] | None, python_version: str | None, *,
-                        directory: Path | None = None) -> EnvironmentPin:
+def release_environment(
+    requirements: Sequence[str] | None, python_version: str | None, *, directory: Path | None = None
+) -> EnvironmentPin:
     """The complete environment for a release's pins.
 
     No pins: the project's own `evaluator/requirements.txt`. Pins that a project pin file
@@ -107,8 +111,9 @@ def release_environment(requirements: Sequence[str] | None, python_version: str 
                 continue
             have = parse_pins(lines)
             if all(have.get(name) == version for name, version in wanted.items()):
-                return EnvironmentPin(python or python_version, lines,
-                                      f"evaluator/environments/{path.name}")
+                return EnvironmentPin(
+                    python or python_version, lines, f"evaluator/environments/{path.name}"
+                )
     return EnvironmentPin(python_version, tuple(requirements), SOURCE_RELEASE)
 
 
@@ -127,8 +132,11 @@ def environment_differences(pin: EnvironmentPin, facts: Mapping[str, Any]) -> li
         elif python_series(python) != pin.python:
             out.append(f"python {python} where the release pins {pin.python}")
     raw = facts.get("packages")
-    installed = ({canonical_name(str(k)): str(v) for k, v in raw.items() if v is not None}
-                 if isinstance(raw, Mapping) else {})
+    installed = (
+        {canonical_name(str(k)): str(v) for k, v in raw.items() if v is not None}
+        if isinstance(raw, Mapping)
+        else {}
+    )
     complete = bool(facts.get("complete"))
     pins = pin.pins
     for name, version in sorted(pins.items()):
@@ -148,7 +156,13 @@ def hello_facts(environment: Mapping[str, Any] | None) -> dict[str, Any]:
     """The evaluator's own `hello` environment as facts (python and the few packages it names)."""
     env = dict(environment or {})
     python = env.get("python")
-    packages = {canonical_name(str(k)): v for k, v in env.items()
-                if k not in ("python", "implementation", "machine") and isinstance(v, str)}
-    return {"python": python if isinstance(python, str) else None, "packages": packages,
-            "complete": False}
+    packages = {
+        canonical_name(str(k)): v
+        for k, v in env.items()
+        if k not in ("python", "implementation", "machine") and isinstance(v, str)
+    }
+    return {
+        "python": python if isinstance(python, str) else None,
+        "packages": packages,
+        "complete": False,
+    }

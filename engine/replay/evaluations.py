@@ -32,8 +32,16 @@ from engine.release.model import CONTRACT_PQID_BENCH
 from engine.rundir.storage import iter_jsonl_objects
 
 MODEL_CATEGORIES: tuple[str, ...] = (
-    "no_code", "syntax_error", "timeout", "execution_error", "no_circuit",
-    "width_mismatch", "clbit_mismatch", "gate_type_mismatch", "gate_count_mismatch", "ok",
+    "no_code",
+    "syntax_error",
+    "timeout",
+    "execution_error",
+    "no_circuit",
+    "width_mismatch",
+    "clbit_mismatch",
+    "gate_type_mismatch",
+    "gate_count_mismatch",
+    "ok",
 )
 INFRA_CATEGORIES: tuple[str, ...] = ("no_response", "not_evaluated", "missing")
 CATEGORIES: tuple[str, ...] = MODEL_CATEGORIES + INFRA_CATEGORIES
@@ -81,29 +89,44 @@ def contract_of(evaluations: Iterable[Mapping[str, Any]]) -> str | None:
     found = {ev.get("contract") for ev in evaluations if not is_infrastructure(ev)}
     return found.pop() if len(found) == 1 else None
 
-_BOOL_FIELDS = ("execution_ok", "circuit_found", "structural_match", "width_match",
-                "gate_types_match", "gate_counts_match", "qasm3_ok")
+
+_BOOL_FIELDS = (
+    "execution_ok",
+    "circuit_found",
+    "structural_match",
+    "width_match",
+    "gate_types_match",
+    "gate_counts_match",
+    "qasm3_ok",
+)
 
 
 def is_infrastructure(evaluation: Mapping[str, Any]) -> bool:
     return evaluation.get("category") in INFRA_CATEGORIES
 
 
-def infrastructure_evaluation(prompt_id: str, category: str, error: str,
-                              **extra: Any) -> dict[str, Any]:
+def infrastructure_evaluation(
+    prompt_id: str, category: str, error: str, **extra: Any
+) -> dict[str, Any]:
     """The canonical evaluation of a prompt that was never scored (not the model's failure)."""
     if category not in INFRA_CATEGORIES:
         raise ValueError(f"{category!r} is not an infrastructure category")
     evaluation: dict[str, Any] = {"prompt_id": prompt_id, "category": category}
     evaluation.update({name: False for name in _BOOL_FIELDS})
-    evaluation.update({"equivalent": None, "equivalence_reason": "not checked: not evaluated",
-                       "error": error, "duration_ms": None, "infrastructure_failure": True})
+    evaluation.update(
+        {
+            "equivalent": None,
+            "equivalence_reason": "not checked: not evaluated",
+            "error": error,
+            "duration_ms": None,
+            "infrastructure_failure": True,
+        }
+    )
     evaluation.update(extra)
     return evaluation
 
 
-def load_evaluations(path: Path, *, known_ids: Iterable[str] | None = None
-                     ) -> list[dict[str, Any]]:
+def load_evaluations(path: Path, *, known_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """Read a canonical evaluations file; any unusable line refuses the whole file."""
     lines = iter_jsonl_objects(path, InputError, missing="file does not exist", brief=True)
     known = set(known_ids) if known_ids is not None else None
@@ -130,8 +153,11 @@ def load_evaluations(path: Path, *, known_ids: Iterable[str] | None = None
 
 def rate(count: int, denominator: int) -> dict[str, Any]:
     """A count with its denominator; `rate` is None when nothing was counted."""
-    return {"count": count, "denominator": denominator,
-            "rate": round(count / denominator, 6) if denominator else None}
+    return {
+        "count": count,
+        "denominator": denominator,
+        "rate": round(count / denominator, 6) if denominator else None,
+    }
 
 
 def succeeded(evaluation: Mapping[str, Any] | None, field: str) -> bool:
@@ -161,8 +187,9 @@ def environments(evaluations: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
     return found
 
 
-def gap_pp(rates: Mapping[str, Any], minuend: str, subtrahend: str,
-           scope: str = "over_selected") -> float | None:
+def gap_pp(
+    rates: Mapping[str, Any], minuend: str, subtrahend: str, scope: str = "over_selected"
+) -> float | None:
     """`minuend` rate minus `subtrahend` rate in percentage points (None without a rate)."""
     a, b = rates[minuend][scope], rates[subtrahend][scope]
     if a["rate"] is None or b["rate"] is None:
@@ -170,10 +197,13 @@ def gap_pp(rates: Mapping[str, Any], minuend: str, subtrahend: str,
     return round(100 * (int(a["count"]) - int(b["count"])) / int(a["denominator"]), 4)
 
 
-def summarize(evaluations: Sequence[Mapping[str, Any]],
-              selected: Sequence[str] | None = None, *,
-              metrics: Sequence[Metric] | None = None,
-              gaps: Sequence[Gap] | None = None) -> dict[str, Any]:
+def summarize(
+    evaluations: Sequence[Mapping[str, Any]],
+    selected: Sequence[str] | None = None,
+    *,
+    metrics: Sequence[Metric] | None = None,
+    gaps: Sequence[Gap] | None = None,
+) -> dict[str, Any]:
     """Counts and rates over the selected prompts (default: every evaluation given).
 
     A selected prompt without an evaluation counts as the infrastructure category `missing`.
@@ -186,8 +216,7 @@ def summarize(evaluations: Sequence[Mapping[str, Any]],
         contract = contract_of(ev for ev in chosen if ev is not None)
         metrics = metrics_for(contract)
         gaps = gaps_for(contract) if gaps is None else gaps
-    categories = Counter(
-        str(ev.get("category")) if ev is not None else "missing" for ev in chosen)
+    categories = Counter(str(ev.get("category")) if ev is not None else "missing" for ev in chosen)
     infra = sum(categories[c] for c in INFRA_CATEGORIES)
     n = len(ids)
     answered = [ev for ev in chosen if ev is not None and not is_infrastructure(ev)]
@@ -205,7 +234,8 @@ def summarize(evaluations: Sequence[Mapping[str, Any]],
         "answered": len(answered),
         "infrastructure_failures": {
             **rate(infra, n),
-            "by_category": {c: categories[c] for c in INFRA_CATEGORIES if categories[c]}},
+            "by_category": {c: categories[c] for c in INFRA_CATEGORIES if categories[c]},
+        },
         "rates": rates,
         "categories": {c: categories.get(c, 0) for c in CATEGORIES},
         "evaluator_version": envs[0]["evaluator_version"] if len(envs) == 1 else None,
@@ -216,9 +246,9 @@ def summarize(evaluations: Sequence[Mapping[str, Any]],
         summary["metrics"] = [{"key": k, "label": lab, "field": f} for k, lab, f in metrics]
     if gaps:
         summary["gaps_pp"] = {
-            key: {scope: gap_pp(rates, a, b, scope) for scope in ("over_selected",
-                                                                  "over_answered")}
-            for key, _label, a, b in gaps}
+            key: {scope: gap_pp(rates, a, b, scope) for scope in ("over_selected", "over_answered")}
+            for key, _label, a, b in gaps
+        }
     unknown = sorted(set(categories) - set(CATEGORIES))
     if unknown:
         summary["unknown_categories"] = {c: categories[c] for c in unknown}
@@ -235,8 +265,9 @@ def summary_metrics(summary: Mapping[str, Any]) -> tuple[Metric, ...]:
     return METRICS
 
 
-def _finish_reasons(chosen: Sequence[Mapping[str, Any] | None],
-                    metrics: Sequence[Metric]) -> dict[str, Any]:
+def _finish_reasons(
+    chosen: Sequence[Mapping[str, Any] | None], metrics: Sequence[Metric]
+) -> dict[str, Any]:
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for ev in chosen:
         if ev is None:
@@ -246,10 +277,14 @@ def _finish_reasons(chosen: Sequence[Mapping[str, Any] | None],
     fields = {key: field for key, _label, field in metrics}
     execution = fields.get("execution", "execution_ok")
     structure = fields.get("structural_match") or fields.get("signature") or "structural_match"
-    return {reason: {"count": len(evs),
-                     "execution": sum(1 for ev in evs if succeeded(ev, execution)),
-                     "structural_match": sum(1 for ev in evs if succeeded(ev, structure))}
-            for reason, evs in sorted(groups.items())}
+    return {
+        reason: {
+            "count": len(evs),
+            "execution": sum(1 for ev in evs if succeeded(ev, execution)),
+            "structural_match": sum(1 for ev in evs if succeeded(ev, structure)),
+        }
+        for reason, evs in sorted(groups.items())
+    }
 
 
 # -- paired comparison -----------------------------------------------------------------------------
@@ -261,12 +296,16 @@ def mcnemar_exact_p(b: int, c: int) -> float:
     if n == 0:
         return 1.0
     k = min(b, c)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
     return min(1.0, 2.0 * float(tail))
 
 
-def paired(candidate: Mapping[str, Mapping[str, Any]], row: Mapping[str, Mapping[str, Any]],
-           ids: Sequence[str], field: str) -> dict[str, Any]:
+def paired(
+    candidate: Mapping[str, Mapping[str, Any]],
+    row: Mapping[str, Mapping[str, Any]],
+    ids: Sequence[str],
+    field: str,
+) -> dict[str, Any]:
     """Prompt by prompt: where the candidate succeeds and the row fails, and vice versa."""
     only_candidate: list[str] = []
     only_row: list[str] = []
@@ -283,11 +322,15 @@ def paired(candidate: Mapping[str, Mapping[str, Any]], row: Mapping[str, Mapping
             neither += 1
     n = len(ids)
     return {
-        "n": n, "both": both, "neither": neither,
-        "candidate_only": len(only_candidate), "row_only": len(only_row),
+        "n": n,
+        "both": both,
+        "neither": neither,
+        "candidate_only": len(only_candidate),
+        "row_only": len(only_row),
         "difference": round((len(only_candidate) - len(only_row)) / n, 6) if n else None,
         "mcnemar_exact_p": round(mcnemar_exact_p(len(only_candidate), len(only_row)), 6),
-        "candidate_only_ids": only_candidate, "row_only_ids": only_row,
+        "candidate_only_ids": only_candidate,
+        "row_only_ids": only_row,
     }
 
 
@@ -304,41 +347,50 @@ def fmt_rate(r: Mapping[str, Any]) -> str:
 def fact_lines(facts: Sequence[tuple[str, str]], notes: Iterable[str] = ()) -> list[str]:
     """Name-value lines with the values aligned, then a `note` line for each note."""
     width = max(len(k) for k, _ in facts)
-    return ([f"{k.ljust(width)}  {v}" for k, v in facts]
-            + [f"{'note'.ljust(width)}  {n}" for n in notes])
+    return [f"{k.ljust(width)}  {v}" for k, v in facts] + [
+        f"{'note'.ljust(width)}  {n}" for n in notes
+    ]
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *,
-          right: Sequence[int] = ()) -> list[str]:
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()
+) -> list[str]:
     """A plain text table with aligned columns."""
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
     out = []
     for i, line in enumerate([list(headers), *[list(r) for r in rows]]):
-        cells = [str(c).rjust(w) if j in right else str(c).ljust(w)
-                 for j, (c, w) in enumerate(zip(line, widths, strict=False))]
+        cells = [
+            str(c).rjust(w) if j in right else str(c).ljust(w)
+            for j, (c, w) in enumerate(zip(line, widths, strict=False))
+        ]
         out.append("  ".join(cells).rstrip())
         if i == 0:
             out.append("  ".join("-" * w for w in widths))
     return out
 
 
-def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *,
-             right: Sequence[int] = ()) -> list[str]:
+def md_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()
+) -> list[str]:
     def esc(text: str) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
     align = ["---:" if i in right else "---" for i in range(len(headers))]
-    return ["| " + " | ".join(esc(h) for h in headers) + " |",
-            "| " + " | ".join(align) + " |",
-            *["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]]
+    return [
+        "| " + " | ".join(esc(h) for h in headers) + " |",
+        "| " + " | ".join(align) + " |",
+        *["| " + " | ".join(esc(c) for c in row) + " |" for row in rows],
+    ]
 
 
 def _env_line(summary: Mapping[str, Any]) -> str:
     if summary.get("environments"):
         return "several environments (see the JSON summary)"
     env = summary.get("environment") or {}
-    parts = [f"evaluator {summary.get('evaluator_version') or 'unknown'}",
-             f"qiskit {qiskit_version(env) or 'unknown'}"]
+    parts = [
+        f"evaluator {summary.get('evaluator_version') or 'unknown'}",
+        f"qiskit {qiskit_version(env) or 'unknown'}",
+    ]
     for key in ("python", "qiskit_aer", "numpy"):
         value = env.get(key) if isinstance(env, dict) else None
         if isinstance(value, str):
@@ -355,8 +407,13 @@ def _metric_rows(summary: Mapping[str, Any]) -> list[list[str]]:
             shown += f" (not checked: {r['not_checked']})"
         rows.append([shown, fmt_rate(r["over_selected"]), fmt_rate(r["over_answered"])])
     for key, value in (summary.get("gaps_pp") or {}).items():
-        rows.append([key.replace("_", " ") + " (pp)", fmt_pp(value["over_selected"]),
-                     fmt_pp(value["over_answered"])])
+        rows.append(
+            [
+                key.replace("_", " ") + " (pp)",
+                fmt_pp(value["over_selected"]),
+                fmt_pp(value["over_answered"]),
+            ]
+        )
     return rows
 
 
@@ -381,48 +438,82 @@ def _header_facts(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     facts = []
     release = summary.get("release")
     if release:
-        facts.append(("release", f"{release['name']} {release['version']} (sha256 "
-                      f"{release['digest'][:16]}, modified: "
-                      f"{'yes' if release.get('modified') else 'no'})"))
+        facts.append(
+            (
+                "release",
+                f"{release['name']} {release['version']} (sha256 "
+                f"{release['digest'][:16]}, modified: "
+                f"{'yes' if release.get('modified') else 'no'})",
+            )
+        )
     if summary.get("responses"):
         facts.append(("responses", str(summary["responses"])))
     facts.append(("environment", _env_line(summary)))
     infra = summary["infrastructure_failures"]
     by_cat = ", ".join(f"{v} {k}" for k, v in infra["by_category"].items())
-    facts.append(("prompts", f"{summary['selected']} selected, {summary['answered']} answered, "
-                  f"{infra['count']} infrastructure failures" + (f" ({by_cat})" if by_cat else "")))
+    facts.append(
+        (
+            "prompts",
+            f"{summary['selected']} selected, {summary['answered']} answered, "
+            f"{infra['count']} infrastructure failures" + (f" ({by_cat})" if by_cat else ""),
+        )
+    )
     return facts
 
 
 def render_summary_text(summary: Mapping[str, Any]) -> str:
     lines = ["pqid-tui candidate summary", "", *fact_lines(_header_facts(summary))]
     lines += ["", *table(["metric", "over selected", "over answered"], _metric_rows(summary))]
-    lines += ["", "failure taxonomy (in order of precedence)",
-              *table(["category", "count", "share", ""], _category_rows(summary), right=(1, 2))]
+    lines += [
+        "",
+        "failure taxonomy (in order of precedence)",
+        *table(["category", "count", "share", ""], _category_rows(summary), right=(1, 2)),
+    ]
     if summary.get("finish_reasons"):
-        rows = [[k, str(v["count"]), str(v["execution"]), str(v["structural_match"])]
-                for k, v in summary["finish_reasons"].items()]
-        lines += ["", "finish reasons",
-                  *table(["finish reason", "prompts", "executed", "structural match"], rows,
-                         right=(1, 2, 3))]
+        rows = [
+            [k, str(v["count"]), str(v["execution"]), str(v["structural_match"])]
+            for k, v in summary["finish_reasons"].items()
+        ]
+        lines += [
+            "",
+            "finish reasons",
+            *table(
+                ["finish reason", "prompts", "executed", "structural match"], rows, right=(1, 2, 3)
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 
 def render_summary_markdown(summary: Mapping[str, Any]) -> str:
     lines = ["# Candidate summary", ""]
     lines += [f"- **{k}**: {v}" for k, v in _header_facts(summary)]
-    lines += ["", "## Rates", "",
-              *md_table(["metric", "over selected", "over answered"], _metric_rows(summary),
-                        right=(1, 2))]
-    lines += ["", "## Failure taxonomy", "",
-              *md_table(["category", "count", "share", ""], _category_rows(summary),
-                        right=(1, 2))]
+    lines += [
+        "",
+        "## Rates",
+        "",
+        *md_table(
+            ["metric", "over selected", "over answered"], _metric_rows(summary), right=(1, 2)
+        ),
+    ]
+    lines += [
+        "",
+        "## Failure taxonomy",
+        "",
+        *md_table(["category", "count", "share", ""], _category_rows(summary), right=(1, 2)),
+    ]
     if summary.get("finish_reasons"):
-        rows = [[k, str(v["count"]), str(v["execution"]), str(v["structural_match"])]
-                for k, v in summary["finish_reasons"].items()]
-        lines += ["", "## Finish reasons", "",
-                  *md_table(["finish reason", "prompts", "executed", "structural match"], rows,
-                            right=(1, 2, 3))]
+        rows = [
+            [k, str(v["count"]), str(v["execution"]), str(v["structural_match"])]
+            for k, v in summary["finish_reasons"].items()
+        ]
+        lines += [
+            "",
+            "## Finish reasons",
+            "",
+            *md_table(
+                ["finish reason", "prompts", "executed", "structural match"], rows, right=(1, 2, 3)
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -435,22 +526,54 @@ def summary_csv_rows(summary: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     for key, _label, _field in summary_metrics(summary):
         for scope in ("over_selected", "over_answered"):
             r = summary["rates"][key][scope]
-            rows.append(("rate", key, scope.removeprefix("over_"), r["count"], r["denominator"],
-                         "" if r["rate"] is None else r["rate"]))
+            rows.append(
+                (
+                    "rate",
+                    key,
+                    scope.removeprefix("over_"),
+                    r["count"],
+                    r["denominator"],
+                    "" if r["rate"] is None else r["rate"],
+                )
+            )
     for key, value in (summary.get("gaps_pp") or {}).items():
         for scope in ("over_selected", "over_answered"):
-            rows.append(("gap_pp", key, scope.removeprefix("over_"), "", "",
-                         "" if value[scope] is None else value[scope]))
+            rows.append(
+                (
+                    "gap_pp",
+                    key,
+                    scope.removeprefix("over_"),
+                    "",
+                    "",
+                    "" if value[scope] is None else value[scope],
+                )
+            )
     n = summary["selected"]
     for c in CATEGORIES:
         count = summary["categories"].get(c, 0)
         rows.append(("category", c, "selected", count, n, round(count / n, 6) if n else ""))
     infra = summary["infrastructure_failures"]
-    rows.append(("infrastructure", "all", "selected", infra["count"], n,
-                 "" if infra["rate"] is None else infra["rate"]))
+    rows.append(
+        (
+            "infrastructure",
+            "all",
+            "selected",
+            infra["count"],
+            n,
+            "" if infra["rate"] is None else infra["rate"],
+        )
+    )
     for reason, v in (summary.get("finish_reasons") or {}).items():
-        rows.append(("finish_reason", reason, "selected", v["count"], n,
-                     round(v["count"] / n, 6) if n else ""))
+        rows.append(
+            (
+                "finish_reason",
+                reason,
+                "selected",
+                v["count"],
+                n,
+                round(v["count"] / n, 6) if n else "",
+            )
+        )
     return rows
 
 
@@ -472,17 +595,23 @@ def render_summary_json(summary: Mapping[str, Any]) -> str:
 
 def render_summary(summary: Mapping[str, Any], fmt: str) -> str:
     """The candidate summary as `json`, `text`, `markdown` or `csv`."""
-    renderers = {"json": render_summary_json, "text": render_summary_text,
-                 "txt": render_summary_text, "markdown": render_summary_markdown,
-                 "md": render_summary_markdown, "csv": render_summary_csv}
+    renderers = {
+        "json": render_summary_json,
+        "text": render_summary_text,
+        "txt": render_summary_text,
+        "markdown": render_summary_markdown,
+        "md": render_summary_markdown,
+        "csv": render_summary_csv,
+    }
     try:
         return renderers[fmt](summary)
     except KeyError:
         raise ValueError(f"unknown format {fmt!r}") from None
 
 
-def render_as(data: Mapping[str, Any], fmt: str,
-              renderers: Mapping[str, Callable[[Mapping[str, Any]], str]]) -> str:
+def render_as(
+    data: Mapping[str, Any], fmt: str, renderers: Mapping[str, Callable[[Mapping[str, Any]], str]]
+) -> str:
     """One result in one of the batch formats: JSON, or the named text renderer."""
     if fmt == "json":
         return json.dumps(data, indent=2, sort_keys=True) + "\n"

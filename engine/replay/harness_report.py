@@ -49,22 +49,34 @@ from engine.rundir.storage import atomic_write_bytes
 from evaluator.contracts.pqid_bench import expected_counts, grader_target
 
 HARNESS_REPORT_STEM = REPORT_NAME.removesuffix(".json")
-HARNESS_REPORT_FILES = {"harness_json": f"{HARNESS_REPORT_STEM}.json",
-                        "harness_markdown": f"{HARNESS_REPORT_STEM}.md"}
+HARNESS_REPORT_FILES = {
+    "harness_json": f"{HARNESS_REPORT_STEM}.json",
+    "harness_markdown": f"{HARNESS_REPORT_STEM}.md",
+}
 HARNESS_REPORT_FORMAT = "pqid-tui-harness-report/1"
 STRICT_MODE = "strict_standalone"
 EMPTY_GENERATION = "EmptyGeneration"
 MISSING_LISTED = 20  # the reference lists the first 20 missing prompts
 COMPONENTS = ("num_qubits_match", "num_clbits_match", "gate_count_match", "gate_types_match")
-LEFT_OUT_OF_HEADER = ("input_file", "row_count", "label_counts", "split_policy",
-                      "split_manifest", "split_summary", "prompt_path",
-                      "response_template_path")
-LEFT_OUT_OF_RECORDS = ("execution.simulation.norm", "execution.qasm3_export.length",
-                       "target_context_recovery_execution.execution_error_message",
-                       "target_context_recovery_execution.qasm3_export.error_type",
-                       "target_context_recovery_execution.qasm3_export.length",
-                       "target_context_recovery_execution.structural.observed",
-                       "target_context_recovery_execution.simulation")
+LEFT_OUT_OF_HEADER = (
+    "input_file",
+    "row_count",
+    "label_counts",
+    "split_policy",
+    "split_manifest",
+    "split_summary",
+    "prompt_path",
+    "response_template_path",
+)
+LEFT_OUT_OF_RECORDS = (
+    "execution.simulation.norm",
+    "execution.qasm3_export.length",
+    "target_context_recovery_execution.execution_error_message",
+    "target_context_recovery_execution.qasm3_export.error_type",
+    "target_context_recovery_execution.qasm3_export.length",
+    "target_context_recovery_execution.structural.observed",
+    "target_context_recovery_execution.simulation",
+)
 
 # (summary key, Markdown label), in the order the Markdown lists them.
 METRICS: tuple[tuple[str, str], ...] = (
@@ -112,7 +124,7 @@ def _error_message(ev: Mapping[str, Any], kind: str | None) -> str:
     if kind and error == kind:
         return ""
     if kind and error.startswith(f"{kind}: "):
-        return error[len(kind) + 2:]
+        return error[len(kind) + 2 :]
     return error
 
 
@@ -141,35 +153,55 @@ def _expected(ev: Mapping[str, Any], prompt: Prompt | None) -> dict[str, Any] | 
     return target
 
 
-def _strict_execution(ev: Mapping[str, Any], prompt: Prompt | None,
-                      include_target: bool) -> dict[str, Any]:
+def _strict_execution(
+    ev: Mapping[str, Any], prompt: Prompt | None, include_target: bool
+) -> dict[str, Any]:
     kind = _error_type(ev)
     if _true(ev.get("empty_generation")):
-        return {"execution_success": False, "circuit_found": False,
-                "execution_error_type": kind or EMPTY_GENERATION,
-                "execution_error_message": _error_message(ev, kind),
-                "qasm3_export": {"success": False,
-                                 "error_type": ev.get("qasm3_error") or EMPTY_GENERATION},
-                "simulation": _simulation(ev.get("simulation"))}
+        return {
+            "execution_success": False,
+            "circuit_found": False,
+            "execution_error_type": kind or EMPTY_GENERATION,
+            "execution_error_message": _error_message(ev, kind),
+            "qasm3_export": {
+                "success": False,
+                "error_type": ev.get("qasm3_error") or EMPTY_GENERATION,
+            },
+            "simulation": _simulation(ev.get("simulation")),
+        }
     if not _true(ev.get("execution_ok")):
-        return {"execution_success": False, "execution_error_type": kind,
-                "execution_error_message": _error_message(ev, kind), "circuit_found": False}
+        return {
+            "execution_success": False,
+            "execution_error_type": kind,
+            "execution_error_message": _error_message(ev, kind),
+            "circuit_found": False,
+        }
     if not _true(ev.get("circuit_found")):
-        return {"execution_success": True, "execution_error_type": None, "circuit_found": False,
-                "circuit_count": ev.get("circuit_count") or 0}
+        return {
+            "execution_success": True,
+            "execution_error_type": None,
+            "circuit_found": False,
+            "circuit_count": ev.get("circuit_count") or 0,
+        }
     structural: dict[str, Any] = {"checks": _checks(ev, "report_signature_match")}
     observed = _mapping(ev.get("structure")).get("found")
     if isinstance(observed, Mapping):
         structural["observed"] = dict(observed)
     if include_target:
         structural["expected"] = _expected(ev, prompt)
-    return {"execution_success": True, "execution_error_type": None, "circuit_found": True,
-            "circuit_count": ev.get("circuit_count"),
-            "selected_circuit_name": ev.get("selected_circuit_name"),
-            "structural": structural,
-            "qasm3_export": {"success": _true(ev.get("report_assembly_admissible")),
-                             "error_type": ev.get("qasm3_error")},
-            "simulation": _simulation(ev.get("simulation"))}
+    return {
+        "execution_success": True,
+        "execution_error_type": None,
+        "circuit_found": True,
+        "circuit_count": ev.get("circuit_count"),
+        "selected_circuit_name": ev.get("selected_circuit_name"),
+        "structural": structural,
+        "qasm3_export": {
+            "success": _true(ev.get("report_assembly_admissible")),
+            "error_type": ev.get("qasm3_error"),
+        },
+        "simulation": _simulation(ev.get("simulation")),
+    }
 
 
 def _recovery_execution(ev: Mapping[str, Any], strict: Mapping[str, Any]) -> dict[str, Any]:
@@ -180,24 +212,38 @@ def _recovery_execution(ev: Mapping[str, Any], strict: Mapping[str, Any]) -> dic
         return {}
     kind = rec.get("execution_error_type")
     if kind is not None:
-        return {"execution_success": False, "execution_error_type": kind,
-                "circuit_found": False}
+        return {"execution_success": False, "execution_error_type": kind, "circuit_found": False}
     if not _true(rec.get("report_executable")):
-        return {"execution_success": True, "execution_error_type": None, "circuit_found": False,
-                "circuit_count": rec.get("circuit_count") or 0}
-    out: dict[str, Any] = {"execution_success": True, "execution_error_type": None,
-                           "circuit_found": True}
+        return {
+            "execution_success": True,
+            "execution_error_type": None,
+            "circuit_found": False,
+            "circuit_count": rec.get("circuit_count") or 0,
+        }
+    out: dict[str, Any] = {
+        "execution_success": True,
+        "execution_error_type": None,
+        "circuit_found": True,
+    }
     if rec.get("circuit_count") is not None:
         out["circuit_count"] = rec["circuit_count"]
-    out.update({"selected_circuit_name": rec.get("selected_circuit_name"),
-                "structural": {"checks": _checks(rec, "report_signature_match")},
-                "qasm3_export": {"success": _true(rec.get("report_assembly_admissible"))}})
+    out.update(
+        {
+            "selected_circuit_name": rec.get("selected_circuit_name"),
+            "structural": {"checks": _checks(rec, "report_signature_match")},
+            "qasm3_export": {"success": _true(rec.get("report_assembly_admissible"))},
+        }
+    )
     return out
 
 
-def harness_record(ev: Mapping[str, Any], prompt: Prompt | None, *,
-                   identity: Mapping[str, Any] | None = None,
-                   include_target_metadata: bool = False) -> dict[str, Any]:
+def harness_record(
+    ev: Mapping[str, Any],
+    prompt: Prompt | None,
+    *,
+    identity: Mapping[str, Any] | None = None,
+    include_target_metadata: bool = False,
+) -> dict[str, Any]:
     """One scored canonical evaluation as a harness-report record."""
     who = identity or {}
     execution = _strict_execution(ev, prompt, include_target_metadata)
@@ -215,12 +261,15 @@ def harness_record(ev: Mapping[str, Any], prompt: Prompt | None, *,
         "execution": execution,
         "structural_checks": _mapping(execution.get("structural")).get("checks") or {},
         "target_context_recovery_execution": recovery,
-        "target_context_recovery_structural_checks":
-            _mapping(recovery.get("structural")).get("checks") or {},
+        "target_context_recovery_structural_checks": _mapping(recovery.get("structural")).get(
+            "checks"
+        )
+        or {},
     }
     if include_target_metadata:
-        record["target_metadata"] = (grader_target(prompt.target_metadata)
-                                     if prompt is not None else None)
+        record["target_metadata"] = (
+            grader_target(prompt.target_metadata) if prompt is not None else None
+        )
     return record
 
 
@@ -250,11 +299,14 @@ def summarize(evaluations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         # A recovery run succeeded in Python exactly when it names no error class (an empty
         # generation names EmptyGeneration); an evaluation without one did not succeed.
         "target_context_python_execution_success": count(
-            lambda ev: bool(_recovery(ev)) and _recovery(ev).get("execution_error_type") is None),
+            lambda ev: bool(_recovery(ev)) and _recovery(ev).get("execution_error_type") is None
+        ),
         "target_context_execution_success": count(
-            lambda ev: _true(_recovery(ev).get("report_executable"))),
+            lambda ev: _true(_recovery(ev).get("report_executable"))
+        ),
         "target_context_structural_all_match": count(
-            lambda ev: _true(_recovery(ev).get("report_signature_match"))),
+            lambda ev: _true(_recovery(ev).get("report_signature_match"))
+        ),
     }
     failures: Counter[str] = Counter()
     mismatches: Counter[str] = Counter()
@@ -303,9 +355,13 @@ def _contract(evaluations: Iterable[Mapping[str, Any]], release: Release) -> str
     return str(named.pop()) if len(named) == 1 else release.contract
 
 
-def build_report(evaluations: Sequence[Mapping[str, Any]], release: Release, *,
-                 responses: Path | None = None,
-                 include_target_metadata: bool = False) -> dict[str, Any]:
+def build_report(
+    evaluations: Sequence[Mapping[str, Any]],
+    release: Release,
+    *,
+    responses: Path | None = None,
+    include_target_metadata: bool = False,
+) -> dict[str, Any]:
     """The harness report of one model's canonical evaluations (in the order given).
 
     Infrastructure evaluations are not records: a prompt without a response is a missing
@@ -314,15 +370,24 @@ def build_report(evaluations: Sequence[Mapping[str, Any]], release: Release, *,
     """
     prompts = release.by_id
     identities = response_identities(responses)
-    missing = [str(ev["prompt_id"]) for ev in evaluations
-               if is_infrastructure(ev) and ev.get("category") != "not_evaluated"]
-    not_evaluated = [str(ev["prompt_id"]) for ev in evaluations
-                     if ev.get("category") == "not_evaluated"]
+    missing = [
+        str(ev["prompt_id"])
+        for ev in evaluations
+        if is_infrastructure(ev) and ev.get("category") != "not_evaluated"
+    ]
+    not_evaluated = [
+        str(ev["prompt_id"]) for ev in evaluations if ev.get("category") == "not_evaluated"
+    ]
     scored = [ev for ev in evaluations if not is_infrastructure(ev)]
-    records = [harness_record(ev, prompts.get(str(ev["prompt_id"])),
-                              identity=identities.get(str(ev["prompt_id"])),
-                              include_target_metadata=include_target_metadata)
-               for ev in scored]
+    records = [
+        harness_record(
+            ev,
+            prompts.get(str(ev["prompt_id"])),
+            identity=identities.get(str(ev["prompt_id"])),
+            include_target_metadata=include_target_metadata,
+        )
+        for ev in scored
+    ]
     return {
         "evaluator_version": _contract(scored, release),
         "structural_predicate_version": release.predicate,
@@ -336,13 +401,16 @@ def build_report(evaluations: Sequence[Mapping[str, Any]], release: Release, *,
         # pqid-tui's own keys.
         "format": HARNESS_REPORT_FORMAT,
         "written_by": "pqid-tui",
-        "release": {"name": release.name, "version": release.version,
-                    "digest": release.digest, "modified": release.modified},
+        "release": {
+            "name": release.name,
+            "version": release.version,
+            "digest": release.digest,
+            "modified": release.modified,
+        },
         "not_evaluated_count": len(not_evaluated),
         "not_evaluated": not_evaluated,
         "target_metadata_included": include_target_metadata,
-        "left_out": {"header": list(LEFT_OUT_OF_HEADER),
-                     "records": list(LEFT_OUT_OF_RECORDS)},
+        "left_out": {"header": list(LEFT_OUT_OF_HEADER), "records": list(LEFT_OUT_OF_RECORDS)},
     }
 
 
@@ -371,41 +439,66 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"- missing prompts: `{report['missing_response_count']:,}`",
     ]
     if report.get("not_evaluated_count"):
-        lines.append(f"- not evaluated (the evaluator could not score them): "
-                     f"`{report['not_evaluated_count']:,}`")
+        lines.append(
+            f"- not evaluated (the evaluator could not score them): "
+            f"`{report['not_evaluated_count']:,}`"
+        )
     lines += [
         "- target metadata: "
-        + ("included (`target_metadata` and `execution.structural.expected` in each record)"
-           if report.get("target_metadata_included") else
-           "left out (no `target_metadata` and no `execution.structural.expected` in the "
-           "records), because evaluation folders get published"),
+        + (
+            "included (`target_metadata` and `execution.structural.expected` in each record)"
+            if report.get("target_metadata_included")
+            else "left out (no `target_metadata` and no `execution.structural.expected` in the "
+            "records), because evaluation folders get published"
+        ),
         "",
         "Rates are over the evaluated responses; missing and unscored prompts are not in the "
         "denominator.",
         "",
-        *md_table(["metric", "count", "rate"],
-                  [[label, f"{summary[key]:,}", _pct(rates[key])] for key, label in METRICS],
-                  right=(1, 2)),
+        *md_table(
+            ["metric", "count", "rate"],
+            [[label, f"{summary[key]:,}", _pct(rates[key])] for key, label in METRICS],
+            right=(1, 2),
+        ),
     ]
     errors = summary["execution_errors"]
     if errors:
-        lines += ["", "## Not executable, by error class", "",
-                  *md_table(["error class", "count"],
-                            [[k, f"{errors[k]:,}"] for k in sorted(errors)], right=(1,))]
+        lines += [
+            "",
+            "## Not executable, by error class",
+            "",
+            *md_table(
+                ["error class", "count"],
+                [[k, f"{errors[k]:,}"] for k in sorted(errors)],
+                right=(1,),
+            ),
+        ]
     checks = summary["structural_mismatch_checks"]
     if checks:
-        lines += ["", "## Failed checks of executable circuits without a signature match", "",
-                  *md_table(["check", "count"],
-                            [[k, f"{checks[k]:,}"] for k in COMPONENTS if k in checks],
-                            right=(1,))]
+        lines += [
+            "",
+            "## Failed checks of executable circuits without a signature match",
+            "",
+            *md_table(
+                ["check", "count"],
+                [[k, f"{checks[k]:,}"] for k in COMPONENTS if k in checks],
+                right=(1,),
+            ),
+        ]
     left_out = report.get("left_out") or {}
-    lines += ["", "## Left out", "",
-              "- The study's prompt-building fields (" + ", ".join(
-                  f"`{k}`" for k in left_out.get("header", ())) + "): they describe how the "
-              "benchmark drew its prompts from its source pool, not this scoring.",
-              "- Fields the canonical evaluation does not carry (" + ", ".join(
-                  f"`{k}`" for k in left_out.get("records", ())) + ").",
-              ""]
+    lines += [
+        "",
+        "## Left out",
+        "",
+        "- The study's prompt-building fields ("
+        + ", ".join(f"`{k}`" for k in left_out.get("header", ()))
+        + "): they describe how the "
+        "benchmark drew its prompts from its source pool, not this scoring.",
+        "- Fields the canonical evaluation does not carry ("
+        + ", ".join(f"`{k}`" for k in left_out.get("records", ()))
+        + ").",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -417,13 +510,24 @@ def write_report(output_dir: Path, report: Mapping[str, Any]) -> dict[str, Path]
     """Write the JSON and the Markdown into `output_dir`, each replaced atomically."""
     output_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
-    for key, text in (("harness_json", render_json(report)),
-                      ("harness_markdown", render_markdown(report))):
+    for key, text in (
+        ("harness_json", render_json(report)),
+        ("harness_markdown", render_markdown(report)),
+    ):
         path = output_dir / HARNESS_REPORT_FILES[key]
         atomic_write_bytes(path, text.encode())
         files[key] = path
     return files
 
 
-__all__ = ["HARNESS_REPORT_FILES", "HARNESS_REPORT_STEM", "build_report", "harness_record",
-           "render_json", "render_markdown", "response_identities", "summarize", "write_report"]
+__all__ = [
+    "HARNESS_REPORT_FILES",
+    "HARNESS_REPORT_STEM",
+    "build_report",
+    "harness_record",
+    "render_json",
+    "render_markdown",
+    "response_identities",
+    "summarize",
+    "write_report",
+]

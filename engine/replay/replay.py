@@ -54,8 +54,10 @@ from engine.rundir.layout import EVALUATIONS_FILE, MANIFEST
 from engine.rundir.storage import atomic_write_bytes, iter_jsonl_objects, jsonl_bytes
 
 SUMMARY_STEM = "pqid_bench_candidate_summary"
-SUMMARY_FILES = {fmt: f"{SUMMARY_STEM}.{ext}" for fmt, ext in
-                 (("json", "json"), ("text", "txt"), ("markdown", "md"), ("csv", "csv"))}
+SUMMARY_FILES = {
+    fmt: f"{SUMMARY_STEM}.{ext}"
+    for fmt, ext in (("json", "json"), ("text", "txt"), ("markdown", "md"), ("csv", "csv"))
+}
 OUTPUT_FILES = (EVALUATIONS_FILE, *SUMMARY_FILES.values())
 DEFAULT_TIMEOUT_SECONDS = 20.0
 
@@ -64,8 +66,18 @@ DEFAULT_TIMEOUT_SECONDS = 20.0
 STUDY_CODE_FIELDS = ("generated_code", "code", "completion", "text")
 
 # A `status` with one of these values marks a provider call that ended in a terminal error.
-_ERROR_STATUSES = frozenset({"error", "failed", "failure", "terminal_error", "provider_error",
-                             "cancelled", "canceled", "timeout"})
+_ERROR_STATUSES = frozenset(
+    {
+        "error",
+        "failed",
+        "failure",
+        "terminal_error",
+        "provider_error",
+        "cancelled",
+        "canceled",
+        "timeout",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +103,11 @@ class ReplayResult:
     evaluations: list[dict[str, Any]] = field(repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.summary, "output_dir": str(self.output_dir),
-                "files": {k: str(v) for k, v in self.files.items()}}
+        return {
+            **self.summary,
+            "output_dir": str(self.output_dir),
+            "files": {k: str(v) for k, v in self.files.items()},
+        }
 
 
 def study_code(obj: Mapping[str, Any]) -> str | None:
@@ -112,8 +127,9 @@ def study_code(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-def read_responses(path: Path, release: Release, *,
-                   last_wins: bool | None = None) -> list[ResponseLine]:
+def read_responses(
+    path: Path, release: Release, *, last_wins: bool | None = None
+) -> list[ResponseLine]:
     """Every line of a responses file, or InputError naming the first unusable line.
 
     A prompt may have one line only, except under PQID-Bench's contract (`last_wins` by
@@ -125,9 +141,14 @@ def read_responses(path: Path, release: Release, *,
     if last_wins is None:
         last_wins = study
     refusal = "; nothing was evaluated"
-    lines = iter_jsonl_objects(path, InputError, missing="responses file does not exist",
-                               directory="is a directory, not a responses file", brief=True,
-                               suffix=refusal)
+    lines = iter_jsonl_objects(
+        path,
+        InputError,
+        missing="responses file does not exist",
+        directory="is a directory, not a responses file",
+        brief=True,
+        suffix=refusal,
+    )
     known = release.by_id
     seen: dict[str, int] = {}
     out: list[ResponseLine] = []
@@ -137,8 +158,10 @@ def read_responses(path: Path, release: Release, *,
         if not isinstance(pid, str) or not pid:
             raise InputError(f"{where}: no prompt_id{refusal}")
         if pid not in known:
-            raise InputError(f"{where}: prompt {pid!r} is not in the release "
-                             f"{release.name} {release.version}{refusal}")
+            raise InputError(
+                f"{where}: prompt {pid!r} is not in the release "
+                f"{release.name} {release.version}{refusal}"
+            )
         if pid in seen and not last_wins:
             raise InputError(f"{where}: prompt {pid!r} repeats line {seen[pid]}{refusal}")
         for key in ("content", "generated_code", "finish_reason"):
@@ -151,8 +174,17 @@ def read_responses(path: Path, release: Release, *,
             earlier = (*previous.superseded, previous.line)
             out.remove(previous)
         seen[pid] = number
-        out.append(ResponseLine(pid, obj.get("content"), code, obj.get("finish_reason"),
-                                _provider_error(obj, code), number, earlier))
+        out.append(
+            ResponseLine(
+                pid,
+                obj.get("content"),
+                code,
+                obj.get("finish_reason"),
+                _provider_error(obj, code),
+                number,
+                earlier,
+            )
+        )
     return out
 
 
@@ -187,8 +219,9 @@ def _sibling_selection(responses_path: Path, release: Release) -> list[str] | No
     if digest != release.digest or not isinstance(ids, list):
         return None
     if not all(isinstance(i, str) and i in release.by_id for i in ids):
-        raise InputError(f"{manifest_path}: selected_prompt_ids names prompts the release "
-                         "does not have")
+        raise InputError(
+            f"{manifest_path}: selected_prompt_ids names prompts the release does not have"
+        )
     return list(ids)
 
 
@@ -202,26 +235,33 @@ def check_output_dir(output_dir: Path, *, overwrite: bool) -> None:
     if earlier:
         raise ResumeRefused(
             f"--output-dir {output_dir} already holds replay results ({', '.join(earlier)}): "
-            "choose a new directory, or pass --overwrite to replace them")
+            "choose a new directory, or pass --overwrite to replace them"
+        )
 
 
-def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
-           acknowledge_code_execution: bool,
-           build_image: bool = False,
-           base_image: str | None = None,
-           wheelhouse: Path | None = None,
-           progress: ProgressCallback | None = None,
-           runner: EvaluatorRunner | None = None,
-           timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
-           allow_modified_release: bool = False,
-           overwrite: bool = False,
-           wall_clock_seconds: float | None = None,
-           allow_environment_mismatch: bool = False) -> ReplayResult:
+def replay(
+    release_dir: Path,
+    responses_path: Path,
+    output_dir: Path,
+    *,
+    acknowledge_code_execution: bool,
+    build_image: bool = False,
+    base_image: str | None = None,
+    wheelhouse: Path | None = None,
+    progress: ProgressCallback | None = None,
+    runner: EvaluatorRunner | None = None,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    allow_modified_release: bool = False,
+    overwrite: bool = False,
+    wall_clock_seconds: float | None = None,
+    allow_environment_mismatch: bool = False,
+) -> ReplayResult:
     """Evaluate every response in a network-disabled container and write the summaries."""
     if not acknowledge_code_execution:
         raise UsageError(
             "replay executes model-generated Python (untrusted code) inside a network-disabled "
-            "Docker container; pass --acknowledge-code-execution to proceed")
+            "Docker container; pass --acknowledge-code-execution to proceed"
+        )
     if timeout_seconds <= 0:
         raise UsageError("--timeout-seconds must be positive")
     release = load_release(Path(release_dir), allow_modified=allow_modified_release)
@@ -229,8 +269,9 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
     sibling = _sibling_selection(responses_path, release)
     # A run whose every prompt failed wrote no responses file: each selected prompt is then
     # scored no_response, like any prompt without a line.
-    responses = ([] if sibling and not responses_path.exists()
-                 else read_responses(responses_path, release))
+    responses = (
+        [] if sibling and not responses_path.exists() else read_responses(responses_path, release)
+    )
     if not responses and not sibling:
         raise InputError(f"{responses_path}: holds no response lines; nothing to evaluate")
     output_dir = Path(output_dir)
@@ -247,36 +288,49 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
     def emit_finished(evaluation: Mapping[str, Any]) -> None:
         if progress is not None:
             pid = str(evaluation["prompt_id"])
-            progress(EvaluationFinished(pid, str(evaluation.get("category")), position[pid],
-                                        total))
+            progress(EvaluationFinished(pid, str(evaluation.get("category")), position[pid], total))
 
     for pid in order:
         response = by_response.get(pid)
         if response is None:
             evaluations[pid] = infrastructure_evaluation(
-                pid, "no_response", f"no line in {responses_path.name}: the run recorded no "
-                "successful response (see its records and provider-attempts.jsonl)")
+                pid,
+                "no_response",
+                f"no line in {responses_path.name}: the run recorded no "
+                "successful response (see its records and provider-attempts.jsonl)",
+            )
         elif response.provider_error is not None:
-            evaluations[pid] = infrastructure_evaluation(pid, "no_response",
-                                                         response.provider_error)
+            evaluations[pid] = infrastructure_evaluation(
+                pid, "no_response", response.provider_error
+            )
         else:
             continue
         emit_finished(evaluations[pid])
 
-    items = [EvaluationItem(pid, by_response[pid].content, by_response[pid].generated_code,
-                            release.by_id[pid].target_metadata)
-             for pid in order if pid not in evaluations]
+    items = [
+        EvaluationItem(
+            pid,
+            by_response[pid].content,
+            by_response[pid].generated_code,
+            release.by_id[pid].target_metadata,
+        )
+        for pid in order
+        if pid not in evaluations
+    ]
     config = EvaluatorConfig(timeout_seconds=timeout_seconds, contract=release.contract)
     pin = release_environment(release.evaluator_requirements, release.python_version)
     image: str | None = None
-    replay_facts: dict[str, Any] = {"containers": 0, "evaluator_killed": [],
-                                    "not_evaluated": 0}
+    replay_facts: dict[str, Any] = {"containers": 0, "evaluator_killed": [], "not_evaluated": 0}
     environment: dict[str, Any] = {}
     if items:
         if runner is None:
-            runner = evaluator_runner(pin, base_image=base_image, wheelhouse=wheelhouse,
-                                      wall_clock_seconds=wall_clock_seconds,
-                                      allow_environment_mismatch=allow_environment_mismatch)
+            runner = evaluator_runner(
+                pin,
+                base_image=base_image,
+                wheelhouse=wheelhouse,
+                wall_clock_seconds=wall_clock_seconds,
+                allow_environment_mismatch=allow_environment_mismatch,
+            )
         image = runner.ensure_image(build=build_image, progress=progress)
 
         def on_line(message: dict[str, Any]) -> None:
@@ -294,31 +348,40 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
             pid = item.prompt_id
             if pid in outcome.evaluations:
                 evaluations[pid] = stamp_evaluation(
-                    dict(outcome.evaluations[pid], prompt_id=pid), release, environment)
+                    dict(outcome.evaluations[pid], prompt_id=pid), release, environment
+                )
             else:
                 reason = outcome.not_evaluated.get(pid, "not evaluated: no result came back")
                 evaluations[pid] = infrastructure_evaluation(pid, "not_evaluated", reason)
                 emit_finished(evaluations[pid])
-        replay_facts = {"containers": outcome.sessions,
-                        "evaluator_killed": list(outcome.killed),
-                        "not_evaluated": len(outcome.not_evaluated)}
+        replay_facts = {
+            "containers": outcome.sessions,
+            "evaluator_killed": list(outcome.killed),
+            "not_evaluated": len(outcome.not_evaluated),
+        }
     if any(r.finish_reason is not None for r in responses):
         for pid in order:
             response = by_response.get(pid)
-            evaluations[pid].setdefault("finish_reason",
-                                        response.finish_reason if response else None)
+            evaluations[pid].setdefault(
+                "finish_reason", response.finish_reason if response else None
+            )
 
     ordered = [evaluations[pid] for pid in order]
     summary = summarize(ordered)
     summary = {
         "format": SUMMARY_FORMAT,
         "created_at_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "release": {"name": release.name, "version": release.version,
-                    "digest": release.digest, "modified": release.modified},
+        "release": {
+            "name": release.name,
+            "version": release.version,
+            "digest": release.digest,
+            "modified": release.modified,
+        },
         "responses": str(responses_path),
         # No responses file (no prompt answered) hashes as the empty file it stands for.
-        "responses_sha256": hashlib.sha256(responses_path.read_bytes() if responses
-                                           else b"").hexdigest(),
+        "responses_sha256": hashlib.sha256(
+            responses_path.read_bytes() if responses else b""
+        ).hexdigest(),
         "selection": {
             "source": MANIFEST if sibling is not None else "responses",
             "splits": _splits(release, order),
@@ -345,22 +408,32 @@ def replay(release_dir: Path, responses_path: Path, output_dir: Path, *,
     return ReplayResult(output_dir, files, summary, ordered)
 
 
-def evaluator_runner(pin: EnvironmentPin, *, base_image: str | None, wheelhouse: Path | None,
-                     wall_clock_seconds: float | None = None,
-                     allow_environment_mismatch: bool = False,
-                     client: Any = None) -> DockerEvaluatorRunner:
+def evaluator_runner(
+    pin: EnvironmentPin,
+    *,
+    base_image: str | None,
+    wheelhouse: Path | None,
+    wall_clock_seconds: float | None = None,
+    allow_environment_mismatch: bool = False,
+    client: Any = None,
+) -> DockerEvaluatorRunner:
     """The Docker runner for a release's environment (its complete pins, its Python)."""
     # The project's own pins go in as the file they are, so its image keeps its digest.
     requirements = None if pin.source == SOURCE_PROJECT else pin.requirements
-    return DockerEvaluatorRunner(base_image=base_image, wheelhouse=wheelhouse,
-                                 requirements=requirements, python_version=pin.python,
-                                 wall_clock_seconds=wall_clock_seconds,
-                                 allow_environment_mismatch=allow_environment_mismatch,
-                                 client=client)
+    return DockerEvaluatorRunner(
+        base_image=base_image,
+        wheelhouse=wheelhouse,
+        requirements=requirements,
+        python_version=pin.python,
+        wall_clock_seconds=wall_clock_seconds,
+        allow_environment_mismatch=allow_environment_mismatch,
+        client=client,
+    )
 
 
-def environment_record(runner: EvaluatorRunner, outcome: RunOutcome,
-                       pin: EnvironmentPin) -> dict[str, Any]:
+def environment_record(
+    runner: EvaluatorRunner, outcome: RunOutcome, pin: EnvironmentPin
+) -> dict[str, Any]:
     """What the responses were scored in: the image's own listing where the runner has one
     (the Docker runner does), else the evaluator's `hello`; and how it differs from the pin."""
     describe = getattr(runner, "environment_facts", None)
@@ -370,8 +443,11 @@ def environment_record(runner: EvaluatorRunner, outcome: RunOutcome,
     differences = environment_differences(pin, facts)
     notes = getattr(runner, "environment_notes", None)
     for note in notes if isinstance(notes, list) else []:
-        if isinstance(note, str) and note not in differences and not any(
-                d.startswith("python ") for d in differences):
+        if (
+            isinstance(note, str)
+            and note not in differences
+            and not any(d.startswith("python ") for d in differences)
+        ):
             differences.append(note)
     return {"facts": facts, "differences": differences}
 
@@ -381,14 +457,19 @@ def environment_summary(environment: Mapping[str, Any], pin: EnvironmentPin) -> 
     out: dict[str, Any] = {"environment_pin": pin.to_dict()}
     if environment:
         differences = list(environment["differences"])
-        out.update({"evaluation_environment": environment["facts"],
-                    "environment_matches_release": not differences,
-                    "environment_differences": differences})
+        out.update(
+            {
+                "evaluation_environment": environment["facts"],
+                "environment_matches_release": not differences,
+                "environment_differences": differences,
+            }
+        )
     return out
 
 
-def stamp_evaluation(evaluation: dict[str, Any], release: Release,
-                     environment: Mapping[str, Any]) -> dict[str, Any]:
+def stamp_evaluation(
+    evaluation: dict[str, Any], release: Release, environment: Mapping[str, Any]
+) -> dict[str, Any]:
     """One scored evaluation with its contract, predicate and the image that produced it."""
     evaluation.setdefault("contract", release.contract)
     if release.predicate is not None:
@@ -412,9 +493,13 @@ def _splits(release: Release, ids: list[str]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def write_outputs(output_dir: Path, evaluations: list[dict[str, Any]],
-                  summary: Mapping[str, Any], *,
-                  harness: Mapping[str, Any] | None = None) -> dict[str, Path]:
+def write_outputs(
+    output_dir: Path,
+    evaluations: list[dict[str, Any]],
+    summary: Mapping[str, Any],
+    *,
+    harness: Mapping[str, Any] | None = None,
+) -> dict[str, Path]:
     """Write the evaluations and the four summaries, each file replaced atomically; and, when
     given (PQID-Bench's contract), the harness report in the reference's JSON and Markdown."""
     output_dir.mkdir(parents=True, exist_ok=True)

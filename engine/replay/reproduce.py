@@ -37,19 +37,30 @@ REPRODUCTION_FORMAT = "pqid-reproduction/1"
 FORMATS = ("text", "markdown", "json", "csv")
 
 STATUS_REPORT = "artifacts/analysis_154/PQID_BENCH_EXPANDED_STATUS_REPORT.json"
-RESULTS_SUMMARY = ("artifacts/external_model_batches_154/"
-                   "pqid_bench_external_model_results_summary.json")
+RESULTS_SUMMARY = (
+    "artifacts/external_model_batches_154/pqid_bench_external_model_results_summary.json"
+)
 # How the study's published files name each recomputed metric.
 _REPORT_SUMMARY_FIELDS = {
-    "execution": "execution_success", "assembly": "qasm3_export_success",
-    "signature": "structural_all_match", "num_qubits": "num_qubits_match",
-    "num_clbits": "num_clbits_match", "gate_count": "gate_count_match",
+    "execution": "execution_success",
+    "assembly": "qasm3_export_success",
+    "signature": "structural_all_match",
+    "num_qubits": "num_qubits_match",
+    "num_clbits": "num_clbits_match",
+    "gate_count": "gate_count_match",
     "gate_types": "gate_types_match",
 }
-_STATUS_COUNTS = {"execution": "execution", "assembly": "qasm3_export",
-                  "signature": "reference_signature_match"}
-_STATUS_RATES = {"num_qubits": "num_qubits_match", "num_clbits": "num_clbits_match",
-                 "gate_count": "gate_count_match", "gate_types": "gate_types_match"}
+_STATUS_COUNTS = {
+    "execution": "execution",
+    "assembly": "qasm3_export",
+    "signature": "reference_signature_match",
+}
+_STATUS_RATES = {
+    "num_qubits": "num_qubits_match",
+    "num_clbits": "num_clbits_match",
+    "gate_count": "gate_count_match",
+    "gate_types": "gate_types_match",
+}
 _RATE_TOLERANCE = 1e-9
 _PP_TOLERANCE = 1e-6
 
@@ -66,26 +77,35 @@ class Reproduction:
         return not any(not c["agree"] for c in self.data["checks"])
 
     def render(self, fmt: str = "text") -> str:
-        return render_as(self.data, fmt, {"text": _render_text, "markdown": _render_markdown,
-                                          "csv": _render_csv})
+        return render_as(
+            self.data, fmt, {"text": _render_text, "markdown": _render_markdown, "csv": _render_csv}
+        )
 
 
-def _totals(cells: Sequence[Mapping[str, Any]], metrics: Sequence[tuple[str, str, str]],
-            gaps: Sequence[tuple[str, str, str, str]]) -> dict[str, Any]:
+def _totals(
+    cells: Sequence[Mapping[str, Any]],
+    metrics: Sequence[tuple[str, str, str]],
+    gaps: Sequence[tuple[str, str, str, str]],
+) -> dict[str, Any]:
     n = len(cells)
-    rates = {key: {"over_selected": rate(sum(1 for c in cells if c.get(fld) is True), n)}
-             for key, _label, fld in metrics}
-    return {"cells": n,
-            "metrics": {k: v["over_selected"] for k, v in rates.items()},
-            "gaps_pp": {key: gap_pp(rates, a, b) for key, _l, a, b in gaps}}
+    rates = {
+        key: {"over_selected": rate(sum(1 for c in cells if c.get(fld) is True), n)}
+        for key, _label, fld in metrics
+    }
+    return {
+        "cells": n,
+        "metrics": {k: v["over_selected"] for k, v in rates.items()},
+        "gaps_pp": {key: gap_pp(rates, a, b) for key, _l, a, b in gaps},
+    }
 
 
 def _rank_key(metrics: Sequence[tuple[str, str, str]]) -> str:
     return "signature" if any(k == "signature" for k, _l, _f in metrics) else "structural_match"
 
 
-def _tables(release: Release, ids: list[str], cells_by_row: Mapping[str, list[dict[str, Any]]]
-            ) -> dict[str, Any]:
+def _tables(
+    release: Release, ids: list[str], cells_by_row: Mapping[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
     metrics, gaps = metrics_for(release.contract), gaps_for(release.contract)
     rank_key = _rank_key(metrics)
     entries: list[dict[str, Any]] = []
@@ -94,9 +114,16 @@ def _tables(release: Release, ids: list[str], cells_by_row: Mapping[str, list[di
     for row in release.matrix_rows:
         cells = cells_by_row[row.label]
         summary = summarize(cells, ids, metrics=metrics, gaps=gaps)
-        entry = table_entry(row.label, summary, kind=row.kind, candidate=False,
-                            display_name=row.display_name, provider=row.provider,
-                            model=row.model, role=row.role)
+        entry = table_entry(
+            row.label,
+            summary,
+            kind=row.kind,
+            candidate=False,
+            display_name=row.display_name,
+            provider=row.provider,
+            model=row.model,
+            role=row.role,
+        )
         entry["contract"] = row.contract
         entries.append(entry)
         if row.kind == "model":
@@ -105,8 +132,9 @@ def _tables(release: Release, ids: list[str], cells_by_row: Mapping[str, list[di
             # A missing cell is a failed cell in the pooled totals, as in each row.
             pooled += [{"prompt_id": pid} for pid in ids if pid not in present]
     models = [e for e in entries if e["kind"] == "model"]
-    for entry, rank in zip(models, competition_ranks(
-            [e["metrics"][rank_key]["count"] for e in models]), strict=True):
+    for entry, rank in zip(
+        models, competition_ranks([e["metrics"][rank_key]["count"] for e in models]), strict=True
+    ):
         entry["rank"] = rank
     entries.sort(key=lambda e: (e["rank"] is None, e["rank"] or 0))
     totals = _totals(pooled, metrics, gaps)
@@ -119,11 +147,13 @@ def _tables(release: Release, ids: list[str], cells_by_row: Mapping[str, list[di
 def reproduce(release: Release) -> Reproduction:
     """Recompute the release's published tables from its frozen evaluations (no execution)."""
     if not release.matrix_rows:
-        hint = (" (a PQID-Bench core distribution has none: reproduce needs the evidence "
-                "repository, which holds the 21 frozen models)"
-                if release.format == FORMAT_PQID_BENCH_CORE else "")
-        raise ReleaseError(f"{release.root}: the release has no frozen matrix to reproduce"
-                           + hint)
+        hint = (
+            " (a PQID-Bench core distribution has none: reproduce needs the evidence "
+            "repository, which holds the 21 frozen models)"
+            if release.format == FORMAT_PQID_BENCH_CORE
+            else ""
+        )
+        raise ReleaseError(f"{release.root}: the release has no frozen matrix to reproduce" + hint)
     from engine.release.pqid_bench_matrix import (
         CELL_AUDIT,
         COPY_BASELINE_REPORTS,
@@ -132,8 +162,7 @@ def reproduce(release: Release) -> Reproduction:
     )
 
     ids = [p.prompt_id for p in release.prompts]
-    cells_by_row = {row.label: release.frozen_evaluations(row.label)
-                    for row in release.matrix_rows}
+    cells_by_row = {row.label: release.frozen_evaluations(row.label) for row in release.matrix_rows}
     metrics, gaps = metrics_for(release.contract), gaps_for(release.contract)
     main = _tables(release, ids, cells_by_row)
     notes: list[str] = []
@@ -141,28 +170,42 @@ def reproduce(release: Release) -> Reproduction:
     ident = None
     if excluded is not None:
         subset = [pid for pid in ids if pid not in excluded]
-        ident = {"source": IDENTIFIABILITY, "excluded_prompt_ids": list(excluded),
-                 **_tables(release, subset, cells_by_row)}
+        ident = {
+            "source": IDENTIFIABILITY,
+            "excluded_prompt_ids": list(excluded),
+            **_tables(release, subset, cells_by_row),
+        }
     if CELL_AUDIT in release.absent:
-        notes.append(f"built from the {main['totals']['models']} harness reports: the cell audit "
-                     f"({CELL_AUDIT}) is absent from this copy")
+        notes.append(
+            f"built from the {main['totals']['models']} harness reports: the cell audit "
+            f"({CELL_AUDIT}) is absent from this copy"
+        )
     elif (release.root / CELL_AUDIT).is_file():
-        notes.append(f"roster from the cell audit ({CELL_AUDIT}), its verdicts checked against "
-                     "the harness reports")
+        notes.append(
+            f"roster from the cell audit ({CELL_AUDIT}), its verdicts checked against "
+            "the harness reports"
+        )
     for rel in COPY_BASELINE_REPORTS:
         if (release.root / rel).is_file() and not any(
-                r.kind == "reference" for r in release.matrix_rows):
-            notes.append(f"the retrieval-copy baselines ({rel}) publish aggregate figures "
-                         "only, no per-prompt cells: they are not rows of the matrix")
+            r.kind == "reference" for r in release.matrix_rows
+        ):
+            notes.append(
+                f"the retrieval-copy baselines ({rel}) publish aggregate figures "
+                "only, no per-prompt cells: they are not rows of the matrix"
+            )
     data: dict[str, Any] = {
         "format": REPRODUCTION_FORMAT,
-        "release": {"name": release.name, "version": release.version,
-                    "digest": release.digest, "format": release.format,
-                    "modified": release.modified, "contract": release.contract,
-                    "predicate": release.predicate},
+        "release": {
+            "name": release.name,
+            "version": release.version,
+            "digest": release.digest,
+            "format": release.format,
+            "modified": release.modified,
+            "contract": release.contract,
+            "predicate": release.predicate,
+        },
         "metrics": [{"key": k, "label": lab, "field": f} for k, lab, f in metrics],
-        "gaps": [{"key": k, "label": lab, "minuend": a, "subtrahend": b}
-                 for k, lab, a, b in gaps],
+        "gaps": [{"key": k, "label": lab, "minuend": a, "subtrahend": b} for k, lab, a, b in gaps],
         "rank_metric": _rank_key(metrics),
         "totals": main["totals"],
         "rows": main["rows"],
@@ -180,15 +223,24 @@ def reproduce(release: Release) -> Reproduction:
 Check = dict[str, Any]
 
 
-def _check(source: str, item: str, published: Any, recomputed: Any,
-           tolerance: float | None = None) -> Check:
-    if tolerance is not None and isinstance(published, int | float) and isinstance(
-            recomputed, int | float):
+def _check(
+    source: str, item: str, published: Any, recomputed: Any, tolerance: float | None = None
+) -> Check:
+    if (
+        tolerance is not None
+        and isinstance(published, int | float)
+        and isinstance(recomputed, int | float)
+    ):
         agree = abs(float(published) - float(recomputed)) <= tolerance
     else:
         agree = published == recomputed
-    return {"source": source, "item": item, "published": published,
-            "recomputed": recomputed, "agree": agree}
+    return {
+        "source": source,
+        "item": item,
+        "published": published,
+        "recomputed": recomputed,
+        "agree": agree,
+    }
 
 
 def _load_published(release: Release, rel: str) -> Any:
@@ -214,8 +266,9 @@ def _model_key(model: str | None) -> str | None:
     return model.split(":", 1)[0].lower() if model else None
 
 
-def _published_checks(release: Release, data: Mapping[str, Any],
-                      cells_by_row: Mapping[str, list[dict[str, Any]]]) -> list[Check]:
+def _published_checks(
+    release: Release, data: Mapping[str, Any], cells_by_row: Mapping[str, list[dict[str, Any]]]
+) -> list[Check]:
     checks: list[Check] = []
     totals = data["totals"]
     ident = data["identifiability"]
@@ -231,57 +284,93 @@ def _published_checks(release: Release, data: Mapping[str, Any],
     return checks
 
 
-def _status_checks(release: Release, totals: Mapping[str, Any],
-                   ident: Mapping[str, Any] | None) -> list[Check]:
+def _status_checks(
+    release: Release, totals: Mapping[str, Any], ident: Mapping[str, Any] | None
+) -> list[Check]:
     status = _load_published(release, STATUS_REPORT)
     if not isinstance(status, Mapping):
         return []
     out = []
     design = status.get("reporting_design") or {}
-    for item, key, value in (("models", "primary_model_count", totals["models"]),
-                             ("prompts", "prompt_count", totals["prompts"]),
-                             ("cells", "prompt_model_cells", totals["cells"])):
+    for item, key, value in (
+        ("models", "primary_model_count", totals["models"]),
+        ("prompts", "prompt_count", totals["prompts"]),
+        ("cells", "prompt_model_cells", totals["cells"]),
+    ):
         if key in design:
             out.append(_check(STATUS_REPORT, item, design[key], value))
     primary = status.get("primary_results") or {}
     for metric, key in _STATUS_COUNTS.items():
         published = _dig(primary, key, "count")
         if published is not None and metric in totals["metrics"]:
-            out.append(_check(STATUS_REPORT, f"{metric} (all cells)", published,
-                              totals["metrics"][metric]["count"]))
+            out.append(
+                _check(
+                    STATUS_REPORT,
+                    f"{metric} (all cells)",
+                    published,
+                    totals["metrics"][metric]["count"],
+                )
+            )
     for metric, key in _STATUS_RATES.items():
         if key in primary and metric in totals["metrics"]:
-            out.append(_check(STATUS_REPORT, f"{metric} rate (all cells)", primary[key],
-                              totals["metrics"][metric]["rate"], 1e-6))
+            out.append(
+                _check(
+                    STATUS_REPORT,
+                    f"{metric} rate (all cells)",
+                    primary[key],
+                    totals["metrics"][metric]["rate"],
+                    1e-6,
+                )
+            )
     if "execution_structure_gap_pp" in primary:
-        out.append(_check(STATUS_REPORT, "execution-structure gap (pp, all cells)",
-                          primary["execution_structure_gap_pp"],
-                          totals["gaps_pp"].get("execution_structure_gap"), 1e-3))
+        out.append(
+            _check(
+                STATUS_REPORT,
+                "execution-structure gap (pp, all cells)",
+                primary["execution_structure_gap_pp"],
+                totals["gaps_pp"].get("execution_structure_gap"),
+                1e-3,
+            )
+        )
     sens = status.get("prompt_identifiability_sensitivity")
     if isinstance(sens, Mapping) and ident is not None:
         t = ident["totals"]
         for item, key, value in (
-                ("identifiable prompts", "prompt_count", t["prompts"]),
-                ("identifiable cells", "prompt_model_cells", t["cells"]),
-                ("execution (identifiable cells)", "execution_count",
-                 t["metrics"]["execution"]["count"]),
-                ("signature (identifiable cells)", "reference_signature_match_count",
-                 t["metrics"]["signature"]["count"])):
+            ("identifiable prompts", "prompt_count", t["prompts"]),
+            ("identifiable cells", "prompt_model_cells", t["cells"]),
+            (
+                "execution (identifiable cells)",
+                "execution_count",
+                t["metrics"]["execution"]["count"],
+            ),
+            (
+                "signature (identifiable cells)",
+                "reference_signature_match_count",
+                t["metrics"]["signature"]["count"],
+            ),
+        ):
             if key in sens:
                 out.append(_check(STATUS_REPORT, item, sens[key], value))
         if isinstance(sens.get("excluded_prompt_ids"), list):
-            out.append(_check(STATUS_REPORT, "prompts left out of the identifiability subset",
-                              sorted(sens["excluded_prompt_ids"]),
-                              sorted(ident["excluded_prompt_ids"])))
+            out.append(
+                _check(
+                    STATUS_REPORT,
+                    "prompts left out of the identifiability subset",
+                    sorted(sens["excluded_prompt_ids"]),
+                    sorted(ident["excluded_prompt_ids"]),
+                )
+            )
     return out
 
 
 def _side(block: Any, n: int, metrics: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     if not isinstance(block, Mapping):
         return []
-    return [("n", block.get("n"), n),
-            ("execution", block.get("execution_count"), metrics["execution"]["count"]),
-            ("signature", block.get("structural_count"), metrics["signature"]["count"])]
+    return [
+        ("n", block.get("n"), n),
+        ("execution", block.get("execution_count"), metrics["execution"]["count"]),
+        ("signature", block.get("structural_count"), metrics["signature"]["count"]),
+    ]
 
 
 def _identifiability_checks(release: Release, data: Mapping[str, Any]) -> list[Check]:
@@ -293,9 +382,10 @@ def _identifiability_checks(release: Release, data: Mapping[str, Any]) -> list[C
         return []
     out = []
     totals, sub = data["totals"], ident["totals"]
-    for scope, block, t in (("all cells", published.get("primary"), totals),
-                            ("identifiable cells", published.get("identifiable_sensitivity"),
-                             sub)):
+    for scope, block, t in (
+        ("all cells", published.get("primary"), totals),
+        ("identifiable cells", published.get("identifiable_sensitivity"), sub),
+    ):
         for item, pub, value in _side(block, t["cells"], t["metrics"]):
             if pub is not None:
                 out.append(_check(IDENTIFIABILITY, f"{item} ({scope})", pub, value))
@@ -310,15 +400,19 @@ def _identifiability_checks(release: Release, data: Mapping[str, Any]) -> list[C
         row = rows.get(key)
         name = str(entry.get("model_label") or entry.get("model"))
         if row is None:
-            out.append(_check(IDENTIFIABILITY, f"{name}: a row of the matrix", entry.get("model"),
-                              None))
+            out.append(
+                _check(IDENTIFIABILITY, f"{name}: a row of the matrix", entry.get("model"), None)
+            )
             continue
-        for scope, block, r in (("154", entry.get("full"), row),
-                                ("150", entry.get("identifiable"), sub_rows[row["label"]])):
+        for scope, block, r in (
+            ("154", entry.get("full"), row),
+            ("150", entry.get("identifiable"), sub_rows[row["label"]]),
+        ):
             for item, pub, value in _side(block, r["selected"], r["metrics"]):
                 if pub is not None:
-                    out.append(_check(IDENTIFIABILITY, f"{row['label']}: {item} ({scope})",
-                                      pub, value))
+                    out.append(
+                        _check(IDENTIFIABILITY, f"{row['label']}: {item} ({scope})", pub, value)
+                    )
     return out
 
 
@@ -336,12 +430,17 @@ def _summary_checks(release: Release, rows: Mapping[str, Mapping[str, Any]]) -> 
             out.append(_check(RESULTS_SUMMARY, f"{slug}: a row of the matrix", slug, None))
             continue
         if "rows" in entry:
-            out.append(_check(RESULTS_SUMMARY, f"{slug}: prompts", entry["rows"],
-                              row["selected"]))
+            out.append(_check(RESULTS_SUMMARY, f"{slug}: prompts", entry["rows"], row["selected"]))
         for metric, key in _REPORT_SUMMARY_FIELDS.items():
             if key in entry and metric in row["metrics"]:
-                out.append(_check(RESULTS_SUMMARY, f"{slug}: {metric}", entry[key],
-                                  row["metrics"][metric]["count"]))
+                out.append(
+                    _check(
+                        RESULTS_SUMMARY,
+                        f"{slug}: {metric}",
+                        entry[key],
+                        row["metrics"][metric]["count"],
+                    )
+                )
     return out
 
 
@@ -357,12 +456,19 @@ def _report_checks(release: Release, rows: Mapping[str, Mapping[str, Any]]) -> l
             continue
         entry = rows[row.label]
         if "rows" in summary:
-            out.append(_check(row.evaluations, f"{row.label}: prompts", summary["rows"],
-                              entry["selected"]))
+            out.append(
+                _check(row.evaluations, f"{row.label}: prompts", summary["rows"], entry["selected"])
+            )
         for metric, key in _REPORT_SUMMARY_FIELDS.items():
             if key in summary and metric in entry["metrics"]:
-                out.append(_check(row.evaluations, f"{row.label}: {metric}", summary[key],
-                                  entry["metrics"][metric]["count"]))
+                out.append(
+                    _check(
+                        row.evaluations,
+                        f"{row.label}: {metric}",
+                        summary[key],
+                        entry["metrics"][metric]["count"],
+                    )
+                )
     return out
 
 
@@ -376,23 +482,39 @@ def _pct(r: Mapping[str, Any]) -> str:
 
 
 def _head(data: Mapping[str, Any]) -> list[str]:
-    return ["rank", "model", *[m["label"] for m in data["metrics"][:3]],
-            *[g["label"] for g in data["gaps"]], *[m["label"] for m in data["metrics"][3:]]]
+    return [
+        "rank",
+        "model",
+        *[m["label"] for m in data["metrics"][:3]],
+        *[g["label"] for g in data["gaps"]],
+        *[m["label"] for m in data["metrics"][3:]],
+    ]
 
 
 def _rows(data: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     keys = [m["key"] for m in data["metrics"]]
-    return [[str(e["rank"]) if e["rank"] is not None else "-", e["display_name"],
-             *[_pct(e["metrics"][k]) for k in keys[:3]],
-             *[fmt_pp(e["gaps_pp"].get(g["key"])) for g in data["gaps"]],
-             *[_pct(e["metrics"][k]) for k in keys[3:]]] for e in entries]
+    return [
+        [
+            str(e["rank"]) if e["rank"] is not None else "-",
+            e["display_name"],
+            *[_pct(e["metrics"][k]) for k in keys[:3]],
+            *[fmt_pp(e["gaps_pp"].get(g["key"])) for g in data["gaps"]],
+            *[_pct(e["metrics"][k]) for k in keys[3:]],
+        ]
+        for e in entries
+    ]
 
 
 def _total_lines(data: Mapping[str, Any], totals: Mapping[str, Any]) -> list[tuple[str, str]]:
     refs = totals.get("reference_rows") or 0
     shown = f", {refs} reference row{'s' if refs != 1 else ''}" if refs else ""
-    lines = [("matrix", f"{totals['models']} models{shown}, {totals['prompts']} prompts, "
-                        f"{totals['cells']:,} cells")]
+    lines = [
+        (
+            "matrix",
+            f"{totals['models']} models{shown}, {totals['prompts']} prompts, "
+            f"{totals['cells']:,} cells",
+        )
+    ]
     if not totals["models"]:
         return [(lines[0][0], lines[0][1] + " (no model row: the totals pool model cells only)")]
     lines += [(m["label"], _pct(totals["metrics"][m["key"]])) for m in data["metrics"]]
@@ -412,44 +534,72 @@ def _check_line(data: Mapping[str, Any]) -> str:
 
 
 def _differences(data: Mapping[str, Any]) -> list[list[str]]:
-    return [[c["source"], c["item"], json.dumps(c["published"]), json.dumps(c["recomputed"])]
-            for c in data["checks"] if not c["agree"]]
+    return [
+        [c["source"], c["item"], json.dumps(c["published"]), json.dumps(c["recomputed"])]
+        for c in data["checks"]
+        if not c["agree"]
+    ]
 
 
 def _facts(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     rel = data["release"]
-    return [("release", f"{rel['name']} {rel['version']} ({rel['format']}, sha256 "
-                        f"{rel['digest']}, modified: {'yes' if rel['modified'] else 'no'})"),
-            ("contract", f"{rel['contract']}, predicate {rel['predicate'] or 'none'}"),
-            *_total_lines(data, data["totals"]),
-            ("published", _check_line(data))]
+    return [
+        (
+            "release",
+            f"{rel['name']} {rel['version']} ({rel['format']}, sha256 "
+            f"{rel['digest']}, modified: {'yes' if rel['modified'] else 'no'})",
+        ),
+        ("contract", f"{rel['contract']}, predicate {rel['predicate'] or 'none'}"),
+        *_total_lines(data, data["totals"]),
+        ("published", _check_line(data)),
+    ]
 
 
 def _title(text: str) -> str:
     return re.sub(r"^\w", lambda m: m.group(0).upper(), text)
 
 
-def _sections(data: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str]] | None,
-                                                     list[str], list[list[str]]]]:
+def _sections(
+    data: Mapping[str, Any],
+) -> list[tuple[str, list[tuple[str, str]] | None, list[str], list[list[str]]]]:
     out: list[tuple[str, list[tuple[str, str]] | None, list[str], list[list[str]]]] = [
-        (f"per model, ranked by {data['rank_metric']} (ties share a rank)", None,
-         _head(data), _rows(data, data["rows"]))]
+        (
+            f"per model, ranked by {data['rank_metric']} (ties share a rank)",
+            None,
+            _head(data),
+            _rows(data, data["rows"]),
+        )
+    ]
     ident = data["identifiability"]
     if ident is not None:
-        out.append((f"identifiability subset: {ident['totals']['prompts']} prompts (without "
-                    f"{', '.join(ident['excluded_prompt_ids'])})",
-                    _total_lines(data, ident["totals"]), _head(data),
-                    _rows(data, ident["rows"])))
+        out.append(
+            (
+                f"identifiability subset: {ident['totals']['prompts']} prompts (without "
+                f"{', '.join(ident['excluded_prompt_ids'])})",
+                _total_lines(data, ident["totals"]),
+                _head(data),
+                _rows(data, ident["rows"]),
+            )
+        )
     differ = _differences(data)
     if differ:
-        out.append(("published figures that differ", None,
-                    ["source", "figure", "published", "recomputed"], differ))
+        out.append(
+            (
+                "published figures that differ",
+                None,
+                ["source", "figure", "published", "recomputed"],
+                differ,
+            )
+        )
     return out
 
 
 def _render_text(data: Mapping[str, Any]) -> str:
-    lines = ["pqid-tui reproduction of the frozen matrix (nothing executed)", "",
-             *fact_lines(_facts(data), data["notes"])]
+    lines = [
+        "pqid-tui reproduction of the frozen matrix (nothing executed)",
+        "",
+        *fact_lines(_facts(data), data["notes"]),
+    ]
     for title, totals, head, rows in _sections(data):
         lines += ["", title]
         if totals:
@@ -470,23 +620,53 @@ def _render_markdown(data: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-CSV_COLUMNS = ("subset", "row", "display_name", "kind", "rank", "metric", "count",
-               "denominator", "rate", "release", "release_digest")
+CSV_COLUMNS = (
+    "subset",
+    "row",
+    "display_name",
+    "kind",
+    "rank",
+    "metric",
+    "count",
+    "denominator",
+    "rate",
+    "release",
+    "release_digest",
+)
 
 
-def _csv_rows(data: Mapping[str, Any], subset: str, block: Mapping[str, Any],
-              tail: Sequence[Any]) -> list[Sequence[Any]]:
+def _csv_rows(
+    data: Mapping[str, Any], subset: str, block: Mapping[str, Any], tail: Sequence[Any]
+) -> list[Sequence[Any]]:
     out: list[Sequence[Any]] = []
-    entries = [("(all models)", "all models", "total", None, block["totals"]["metrics"],
-                block["totals"]["gaps_pp"])]
-    entries += [(e["label"], e["display_name"], e["kind"], e["rank"], e["metrics"],
-                 e["gaps_pp"]) for e in block["rows"]]
+    entries = [
+        (
+            "(all models)",
+            "all models",
+            "total",
+            None,
+            block["totals"]["metrics"],
+            block["totals"]["gaps_pp"],
+        )
+    ]
+    entries += [
+        (e["label"], e["display_name"], e["kind"], e["rank"], e["metrics"], e["gaps_pp"])
+        for e in block["rows"]
+    ]
     for label, shown, kind, rank, metrics, gaps in entries:
         head = (subset, label, shown, kind, "" if rank is None else rank)
         for m in data["metrics"]:
             r = metrics[m["key"]]
-            out.append((*head, m["key"], r["count"], r["denominator"],
-                        "" if r["rate"] is None else r["rate"], *tail))
+            out.append(
+                (
+                    *head,
+                    m["key"],
+                    r["count"],
+                    r["denominator"],
+                    "" if r["rate"] is None else r["rate"],
+                    *tail,
+                )
+            )
         for g in data["gaps"]:
             value = gaps.get(g["key"])
             out.append((*head, f"{g['key']}_pp", "", "", "" if value is None else value, *tail))

@@ -79,17 +79,20 @@ def responses_path(release: Release, row: FrozenRow) -> str:
     """Where a frozen row's archived responses are (relative to the release root)."""
     report = Path(row.evaluations.partition("#")[0])
     if len(report.parts) < 3 or report.parent.parent.name != "evaluations":
-        raise ReleaseError(f"{release.root / report}: not a harness report of the study's layout "
-                           "(<batch>/evaluations/<slug>/report.json), so its responses cannot "
-                           "be found")
+        raise ReleaseError(
+            f"{release.root / report}: not a harness report of the study's layout "
+            "(<batch>/evaluations/<slug>/report.json), so its responses cannot "
+            "be found"
+        )
     slug = report.parent.name
     return (report.parent.parent.parent / "responses" / f"{slug}_responses.jsonl").as_posix()
 
 
 def _matches(row: FrozenRow, wanted: str) -> bool:
     w = wanted.casefold()
-    return any(isinstance(v, str) and v.casefold() == w
-               for v in (row.label, row.model, row.display_name))
+    return any(
+        isinstance(v, str) and v.casefold() == w for v in (row.label, row.model, row.display_name)
+    )
 
 
 def select_rows(release: Release, models: Sequence[str] | None) -> list[FrozenRow]:
@@ -104,8 +107,10 @@ def select_rows(release: Release, models: Sequence[str] | None) -> list[FrozenRo
         found = [r for r in rows if _matches(r, wanted)]
         if not found:
             labels = ", ".join(r.label for r in rows)
-            raise InputError(f"--model {wanted}: no frozen model row has that label, model or "
-                             f"name; the rows are: {labels}")
+            raise InputError(
+                f"--model {wanted}: no frozen model row has that label, model or "
+                f"name; the rows are: {labels}"
+            )
         chosen.extend(r for r in found if r not in chosen)
     return chosen
 
@@ -120,9 +125,16 @@ def study_sets(release: Release, rows: Sequence[FrozenRow]) -> list[ResponseSet]
     for row in rows:
         rel = responses_path(release, row)
         path = release.require(rel, f"rescoring {row.label}")
-        out.append(ResponseSet(row.label, path, read_responses(path, release),
-                               _by_prompt(release.frozen_evaluations(row.label)),
-                               row.display_name, row.evaluations))
+        out.append(
+            ResponseSet(
+                row.label,
+                path,
+                read_responses(path, release),
+                _by_prompt(release.frozen_evaluations(row.label)),
+                row.display_name,
+                row.evaluations,
+            )
+        )
     return out
 
 
@@ -140,8 +152,13 @@ def report_cells(path: Path, release: Release) -> dict[str, dict[str, Any]]:
     if not isinstance(records, list):
         raise InputError(f"--frozen-report {path}: has no `records` list (not a harness report)")
     try:
-        cells = [cell_from_record(r, contract=release.contract, predicate=release.predicate,
-                                  where=str(path)) for r in records if isinstance(r, dict)]
+        cells = [
+            cell_from_record(
+                r, contract=release.contract, predicate=release.predicate, where=str(path)
+            )
+            for r in records
+            if isinstance(r, dict)
+        ]
     except ReleaseError as exc:
         raise InputError(str(exc)) from None
     return _by_prompt(cells)
@@ -153,8 +170,13 @@ def file_set(release: Release, path: Path, frozen_report: Path | None) -> Respon
     lines = read_responses(path, release)
     label = path.name.removesuffix(".jsonl").removesuffix("_responses")
     if frozen_report is not None:
-        return ResponseSet(label, path, lines, report_cells(Path(frozen_report), release),
-                           frozen_source=str(frozen_report))
+        return ResponseSet(
+            label,
+            path,
+            lines,
+            report_cells(Path(frozen_report), release),
+            frozen_source=str(frozen_report),
+        )
     resolved = path.resolve()
     for row in (r for r in release.matrix_rows if r.kind == "model"):
         try:
@@ -162,9 +184,14 @@ def file_set(release: Release, path: Path, frozen_report: Path | None) -> Respon
         except ReleaseError:
             continue
         if own == resolved:
-            return ResponseSet(row.label, path, lines,
-                               _by_prompt(release.frozen_evaluations(row.label)),
-                               row.display_name, row.evaluations)
+            return ResponseSet(
+                row.label,
+                path,
+                lines,
+                _by_prompt(release.frozen_evaluations(row.label)),
+                row.display_name,
+                row.evaluations,
+            )
     return ResponseSet(label, path, lines, None)
 
 
@@ -205,10 +232,18 @@ class Agreement:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "label": self.label, "cells": self.cells, "full_agreement": self.full,
-            "endpoints": {n: {"agree": self.agree[n], "of": self.cells,
-                              "frozen_true": self.frozen_true[n], "new_true": self.new_true[n]}
-                          for n, _ in ENDPOINTS},
+            "label": self.label,
+            "cells": self.cells,
+            "full_agreement": self.full,
+            "endpoints": {
+                n: {
+                    "agree": self.agree[n],
+                    "of": self.cells,
+                    "frozen_true": self.frozen_true[n],
+                    "new_true": self.new_true[n],
+                }
+                for n, _ in ENDPOINTS
+            },
             "error_type_disagreements": self.error_type_disagreements,
             "disagreements": list(self.disagreements),
         }
@@ -221,9 +256,12 @@ def _error_of(cell: Mapping[str, Any] | None) -> str | None:
     return str(error) if error else None
 
 
-def compare_cells(label: str, frozen: Mapping[str, Mapping[str, Any]],
-                  new: Mapping[str, Mapping[str, Any]],
-                  order: Sequence[str] | None = None) -> Agreement:
+def compare_cells(
+    label: str,
+    frozen: Mapping[str, Mapping[str, Any]],
+    new: Mapping[str, Mapping[str, Any]],
+    order: Sequence[str] | None = None,
+) -> Agreement:
     """Hold each new cell against the frozen cell of the same prompt, on every endpoint.
 
     A prompt on one side only is a cell too, and disagrees on every endpoint (the missing side
@@ -251,14 +289,20 @@ def compare_cells(label: str, frozen: Mapping[str, Mapping[str, Any]],
         if old is not None and now is not None and old_type != new_type:
             result.error_type_disagreements += 1
         if differing:
-            result.disagreements.append({
-                "model": label, "prompt_id": pid, "endpoints": differing,
-                "frozen": None if old is None else {n: verdict(old, k) for n, k in ENDPOINTS},
-                "new": None if now is None else {n: verdict(now, k) for n, k in ENDPOINTS},
-                "frozen_error_type": old_type, "new_error_type": new_type,
-                "frozen_error": _error_of(old), "new_error": _error_of(now),
-                "new_category": now.get("category") if now else None,
-            })
+            result.disagreements.append(
+                {
+                    "model": label,
+                    "prompt_id": pid,
+                    "endpoints": differing,
+                    "frozen": None if old is None else {n: verdict(old, k) for n, k in ENDPOINTS},
+                    "new": None if now is None else {n: verdict(now, k) for n, k in ENDPOINTS},
+                    "frozen_error_type": old_type,
+                    "new_error_type": new_type,
+                    "frozen_error": _error_of(old),
+                    "new_error": _error_of(now),
+                    "new_category": now.get("category") if now else None,
+                }
+            )
     return result
 
 
@@ -291,25 +335,29 @@ def _item_id(label: str, pid: str) -> str:
     return f"{label}/{pid}"
 
 
-def rescore(release: Release | Path | str, *,
-            acknowledge_code_execution: bool,
-            models: Sequence[str] | None = None,
-            responses: Path | None = None,
-            frozen_report: Path | None = None,
-            output_dir: Path | None = None,
-            build_image: bool = False,
-            base_image: str | None = None,
-            wheelhouse: Path | None = None,
-            runner: EvaluatorRunner | None = None,
-            timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
-            allow_environment_mismatch: bool = False,
-            allow_modified_release: bool = False,
-            progress: Callable[[object], None] | None = None) -> RescoreResult:
+def rescore(
+    release: Release | Path | str,
+    *,
+    acknowledge_code_execution: bool,
+    models: Sequence[str] | None = None,
+    responses: Path | None = None,
+    frozen_report: Path | None = None,
+    output_dir: Path | None = None,
+    build_image: bool = False,
+    base_image: str | None = None,
+    wheelhouse: Path | None = None,
+    runner: EvaluatorRunner | None = None,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    allow_environment_mismatch: bool = False,
+    allow_modified_release: bool = False,
+    progress: Callable[[object], None] | None = None,
+) -> RescoreResult:
     """Score the chosen response sets in one evaluator container and compare with the frozen."""
     if not acknowledge_code_execution:
         raise UsageError(
             "rescore executes model-generated Python (untrusted code) inside a "
-            "network-disabled Docker container; pass --acknowledge-code-execution to proceed")
+            "network-disabled Docker container; pass --acknowledge-code-execution to proceed"
+        )
     if timeout_seconds <= 0:
         raise UsageError("--timeout-seconds must be positive")
     if frozen_report is not None and responses is None:
@@ -322,8 +370,11 @@ def rescore(release: Release | Path | str, *,
         output_dir = Path(output_dir)
         if output_dir.exists() and not output_dir.is_dir():
             raise UsageError(f"--output-dir {output_dir}: exists and is not a directory")
-    sets = ([file_set(release, Path(responses), frozen_report)] if responses is not None
-            else study_sets(release, select_rows(release, models)))
+    sets = (
+        [file_set(release, Path(responses), frozen_report)]
+        if responses is not None
+        else study_sets(release, select_rows(release, models))
+    )
     if not any(s.lines for s in sets):
         names = ", ".join(str(s.responses_path) for s in sets)
         raise InputError(f"{names}: holds no response lines; nothing to rescore")
@@ -336,12 +387,22 @@ def rescore(release: Release | Path | str, *,
             if iid in owner:
                 raise InputError(f"{rs.responses_path}: the model {rs.label} is chosen twice")
             owner[iid] = (rs, line.prompt_id)
-            items.append(EvaluationItem(iid, line.content, line.generated_code,
-                                        release.by_id[line.prompt_id].target_metadata))
+            items.append(
+                EvaluationItem(
+                    iid,
+                    line.content,
+                    line.generated_code,
+                    release.by_id[line.prompt_id].target_metadata,
+                )
+            )
     pin = release_environment(release.evaluator_requirements, release.python_version)
     if runner is None:
-        runner = evaluator_runner(pin, base_image=base_image, wheelhouse=wheelhouse,
-                                  allow_environment_mismatch=allow_environment_mismatch)
+        runner = evaluator_runner(
+            pin,
+            base_image=base_image,
+            wheelhouse=wheelhouse,
+            allow_environment_mismatch=allow_environment_mismatch,
+        )
     image = runner.ensure_image(build=build_image, progress=progress)
     image_ready = time.monotonic()
     config = EvaluatorConfig(timeout_seconds=timeout_seconds, contract=release.contract)
@@ -357,8 +418,11 @@ def rescore(release: Release | Path | str, *,
         rs, pid = owner[iid]
         done += 1
         per_model_done[rs.label] += 1
-        progress(RescoreProgress(rs.label, pid, done, len(items), per_model_done[rs.label],
-                                 per_model_total[rs.label]))
+        progress(
+            RescoreProgress(
+                rs.label, pid, done, len(items), per_model_done[rs.label], per_model_total[rs.label]
+            )
+        )
 
     outcome = runner.run(items, config, on_line)
     scored = time.monotonic()
@@ -370,8 +434,9 @@ def rescore(release: Release | Path | str, *,
         for line in rs.lines:
             iid = _item_id(rs.label, line.prompt_id)
             if iid in outcome.evaluations:
-                cell = stamp_evaluation(dict(outcome.evaluations[iid], prompt_id=line.prompt_id),
-                                        release, environment)
+                cell = stamp_evaluation(
+                    dict(outcome.evaluations[iid], prompt_id=line.prompt_id), release, environment
+                )
             else:
                 reason = outcome.not_evaluated.get(iid, "not evaluated: no result came back")
                 cell = infrastructure_evaluation(line.prompt_id, "not_evaluated", reason)
@@ -381,29 +446,52 @@ def rescore(release: Release | Path | str, *,
         order = [p.prompt_id for p in release.prompts if p.prompt_id in cells]
         evaluations[rs.label] = [cells[pid] for pid in order]
         new_cells[rs.label] = cells
-    report = build_report(release, sets, new_cells, environment=environment, pin=pin,
-                          image=image, config=config, containers=outcome.sessions,
-                          killed=list(outcome.killed), not_evaluated=len(outcome.not_evaluated),
-                          timing={"image_s": round(image_ready - started, 3),
-                                  "scoring_s": round(scored - image_ready, 3)})
+    report = build_report(
+        release,
+        sets,
+        new_cells,
+        environment=environment,
+        pin=pin,
+        image=image,
+        config=config,
+        containers=outcome.sessions,
+        killed=list(outcome.killed),
+        not_evaluated=len(outcome.not_evaluated),
+        timing={
+            "image_s": round(image_ready - started, 3),
+            "scoring_s": round(scored - image_ready, 3),
+        },
+    )
     result = RescoreResult(report, evaluations, outcome=outcome)
     if output_dir is not None:
         harness: dict[str, dict[str, Any]] | None = None
         if release.contract == CONTRACT_PQID_BENCH:
             from engine.replay.harness_report import build_report as build_harness_report
 
-            harness = {rs.label: build_harness_report(evaluations[rs.label], release,
-                                                      responses=rs.responses_path)
-                       for rs in sets}
+            harness = {
+                rs.label: build_harness_report(
+                    evaluations[rs.label], release, responses=rs.responses_path
+                )
+                for rs in sets
+            }
         result.files = write_outputs(output_dir, report, evaluations, harness=harness)
     return result
 
 
-def build_report(release: Release, sets: Sequence[ResponseSet],
-                 new_cells: Mapping[str, Mapping[str, Mapping[str, Any]]], *,
-                 environment: Mapping[str, Any], pin: Any, image: str | None,
-                 config: EvaluatorConfig, containers: int, killed: list[str],
-                 not_evaluated: int, timing: Mapping[str, Any]) -> dict[str, Any]:
+def build_report(
+    release: Release,
+    sets: Sequence[ResponseSet],
+    new_cells: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    *,
+    environment: Mapping[str, Any],
+    pin: Any,
+    image: str | None,
+    config: EvaluatorConfig,
+    containers: int,
+    killed: list[str],
+    not_evaluated: int,
+    timing: Mapping[str, Any],
+) -> dict[str, Any]:
     """The rescore report: per model and in total, agreement and every disagreeing cell."""
     order = [p.prompt_id for p in release.prompts]
     total = Agreement("total")
@@ -411,15 +499,20 @@ def build_report(release: Release, sets: Sequence[ResponseSet],
     unscored: list[dict[str, Any]] = []
     for rs in sets:
         cells = new_cells[rs.label]
-        entry: dict[str, Any] = {"label": rs.label, "display_name": rs.display_name,
-                                 "responses": str(rs.responses_path),
-                                 "frozen": rs.frozen_source, "scored": len(cells)}
+        entry: dict[str, Any] = {
+            "label": rs.label,
+            "display_name": rs.display_name,
+            "responses": str(rs.responses_path),
+            "frozen": rs.frozen_source,
+            "scored": len(cells),
+        }
         superseded = {r.prompt_id: list(r.superseded) for r in rs.lines if r.superseded}
         if superseded:
             entry["superseded_lines"] = superseded
         if rs.frozen is None:
-            entry["verdicts"] = {n: sum(verdict(c, k) is True for c in cells.values())
-                                 for n, k in ENDPOINTS}
+            entry["verdicts"] = {
+                n: sum(verdict(c, k) is True for c in cells.values()) for n, k in ENDPOINTS
+            }
             unscored.append(entry)
             models.append(entry)
             continue
@@ -436,8 +529,13 @@ def build_report(release: Release, sets: Sequence[ResponseSet],
     return {
         "format": RESCORE_FORMAT,
         "created_at_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "release": {"name": release.name, "version": release.version, "format": release.format,
-                    "digest": release.digest, "modified": release.modified},
+        "release": {
+            "name": release.name,
+            "version": release.version,
+            "format": release.format,
+            "digest": release.digest,
+            "modified": release.modified,
+        },
         "contract": release.contract,
         "predicate": release.predicate,
         "evaluator_config": {k: v for k, v in config.message().items() if k != "type"},
@@ -477,8 +575,10 @@ def _count_rows(report: Mapping[str, Any]) -> list[list[str]]:
     totals = report.get("totals")
     if not totals:
         return []
-    return [[n, f"{totals['endpoints'][n]['frozen_true']:,}",
-             f"{totals['endpoints'][n]['new_true']:,}"] for n, _ in ENDPOINTS]
+    return [
+        [n, f"{totals['endpoints'][n]['frozen_true']:,}", f"{totals['endpoints'][n]['new_true']:,}"]
+        for n, _ in ENDPOINTS
+    ]
 
 
 def _disagreement_rows(report: Mapping[str, Any]) -> list[list[str]]:
@@ -490,29 +590,45 @@ def _disagreement_rows(report: Mapping[str, Any]) -> list[list[str]]:
     rows = []
     for d in report["disagreements"]:
         names = d["endpoints"]
-        rows.append([d["model"], d["prompt_id"], show(d["frozen"], names), show(d["new"], names),
-                     str(d["frozen_error_type"] or "-"),
-                     " ".join(str(d["new_error"] or d["new_error_type"] or "-").split())[:160]])
+        rows.append(
+            [
+                d["model"],
+                d["prompt_id"],
+                show(d["frozen"], names),
+                show(d["new"], names),
+                str(d["frozen_error_type"] or "-"),
+                " ".join(str(d["new_error"] or d["new_error_type"] or "-").split())[:160],
+            ]
+        )
     return rows
 
 
 def _header(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     env = report.get("evaluation_environment") or {}
     packages = env.get("packages") or {}
-    shown = ", ".join(f"{k} {packages[k]}" for k in ("qiskit", "qiskit-aer", "numpy", "scipy")
-                      if k in packages)
+    shown = ", ".join(
+        f"{k} {packages[k]}" for k in ("qiskit", "qiskit-aer", "numpy", "scipy") if k in packages
+    )
     matches = report.get("environment_matches_release")
     return [
-        ("release", f"{report['release']['name']} {report['release']['version']} "
-                    f"({report['release']['format']})"),
+        (
+            "release",
+            f"{report['release']['name']} {report['release']['version']} "
+            f"({report['release']['format']})",
+        ),
         ("contract", f"{report['contract']} / {report['predicate']}"),
         ("image", f"{report['image']} ({env.get('image_id', '?')})"),
         ("environment", f"python {env.get('python', '?')}, {shown}"),
-        ("matches release pin", "yes" if matches else
-         f"NO: {'; '.join(report.get('environment_differences') or [])}"),
+        (
+            "matches release pin",
+            "yes" if matches else f"NO: {'; '.join(report.get('environment_differences') or [])}",
+        ),
         ("containers", str(report["containers"])),
-        ("time", f"image {report['timing']['image_s']:.1f} s, scoring "
-                 f"{report['timing']['scoring_s']:.1f} s"),
+        (
+            "time",
+            f"image {report['timing']['image_s']:.1f} s, scoring "
+            f"{report['timing']['scoring_s']:.1f} s",
+        ),
     ]
 
 
@@ -525,25 +641,41 @@ def render(report: Mapping[str, Any], fmt: str) -> str:
     right = tuple(range(1, len(ENDPOINTS) + 1))
     n_dis = len(report["disagreements"])
     if fmt == "text":
-        lines = ["pqid-tui rescore", "", *fact_lines(_header(report)), "",
-                 "agreement with the frozen cells", *table(headers, _agreement_rows(report),
-                                                           right=right)]
+        lines = [
+            "pqid-tui rescore",
+            "",
+            *fact_lines(_header(report)),
+            "",
+            "agreement with the frozen cells",
+            *table(headers, _agreement_rows(report), right=right),
+        ]
         if report.get("totals"):
-            lines += ["", "verdicts counted (true)", *table(["endpoint", "frozen", "new"],
-                                                            _count_rows(report), right=(1, 2))]
+            lines += [
+                "",
+                "verdicts counted (true)",
+                *table(["endpoint", "frozen", "new"], _count_rows(report), right=(1, 2)),
+            ]
         lines += ["", f"disagreeing cells: {n_dis}"]
         if n_dis:
             lines += table(dis_headers, _disagreement_rows(report))
         return "\n".join(lines) + "\n"
     if fmt == "markdown":
-        lines = ["# Rescore of the frozen study", "",
-                 *(f"- **{k}**: {v}" for k, v in _header(report)), "",
-                 "## Agreement with the frozen cells", "",
-                 *md_table(headers, _agreement_rows(report), right=right)]
+        lines = [
+            "# Rescore of the frozen study",
+            "",
+            *(f"- **{k}**: {v}" for k, v in _header(report)),
+            "",
+            "## Agreement with the frozen cells",
+            "",
+            *md_table(headers, _agreement_rows(report), right=right),
+        ]
         if report.get("totals"):
-            lines += ["", "## Verdicts counted (true)", "",
-                      *md_table(["endpoint", "frozen", "new"], _count_rows(report),
-                                right=(1, 2))]
+            lines += [
+                "",
+                "## Verdicts counted (true)",
+                "",
+                *md_table(["endpoint", "frozen", "new"], _count_rows(report), right=(1, 2)),
+            ]
         lines += ["", f"## Disagreeing cells: {n_dis}", ""]
         if n_dis:
             lines += md_table(dis_headers, _disagreement_rows(report))
@@ -551,9 +683,13 @@ def render(report: Mapping[str, Any], fmt: str) -> str:
     raise ValueError(f"unknown format {fmt!r}")
 
 
-def write_outputs(output_dir: Path, report: Mapping[str, Any],
-                  evaluations: Mapping[str, list[dict[str, Any]]], *,
-                  harness: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Path]:
+def write_outputs(
+    output_dir: Path,
+    report: Mapping[str, Any],
+    evaluations: Mapping[str, list[dict[str, Any]]],
+    *,
+    harness: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Path]:
     """The report in three formats and each model's canonical evaluations, replaced atomically;
     with `harness` (PQID-Bench's contract), each model's harness report in the reference's
     JSON and Markdown, in `evaluations/<model>/` as the study lays them out."""
@@ -571,7 +707,8 @@ def write_outputs(output_dir: Path, report: Mapping[str, Any],
         from engine.replay.harness_report import write_report
 
         for label, harness_report in harness.items():
-            for key, path in write_report(output_dir / EVALUATIONS_DIR / label,
-                                          harness_report).items():
+            for key, path in write_report(
+                output_dir / EVALUATIONS_DIR / label, harness_report
+            ).items():
                 files[f"{key}:{label}"] = path
     return files

@@ -114,9 +114,13 @@ def _counts(batch: dict[str, Any]) -> dict[str, int]:
 
 def input_bytes(requests: list[PlannedRequest]) -> bytes:
     """The batch input file: one line per request, its body exactly the planned body."""
-    return b"".join(canonical_json({"custom_id": r.prompt_id, "method": "POST",
-                                    "url": ENDPOINT, "body": r.body}) + b"\n"
-                    for r in requests)
+    return b"".join(
+        canonical_json(
+            {"custom_id": r.prompt_id, "method": "POST", "url": ENDPOINT, "body": r.body}
+        )
+        + b"\n"
+        for r in requests
+    )
 
 
 def _lines(data: bytes) -> Iterator[dict[str, Any]]:
@@ -134,9 +138,16 @@ def _lines(data: bytes) -> Iterator[dict[str, Any]]:
 class BatchApi:
     """The Files and Batches endpoints under one base URL, with the error rules of the path."""
 
-    def __init__(self, client: httpx.AsyncClient, base_url: str, headers: dict[str, str],
-                 secret: str | None, *, retries: int, backoff: Callable[[int, float | None],
-                                                                        float]) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        headers: dict[str, str],
+        secret: str | None,
+        *,
+        retries: int,
+        backoff: Callable[[int, float | None], float],
+    ) -> None:
         self.client = client
         self.base_url = base_url.rstrip("/")
         self.headers = headers
@@ -144,19 +155,23 @@ class BatchApi:
         self.retries = retries
         self.backoff = backoff
 
-    async def _call(self, method: str, path: str, what: str, *, retry: bool,
-                    **kw: Any) -> httpx.Response:
+    async def _call(
+        self, method: str, path: str, what: str, *, retry: bool, **kw: Any
+    ) -> httpx.Response:
         tries = 0
         while True:
             status: int | None = None
             retry_after: float | None = None
             try:
-                response = await self.client.request(method, self.base_url + path,
-                                                     headers=self.headers, **kw)
+                response = await self.client.request(
+                    method, self.base_url + path, headers=self.headers, **kw
+                )
                 body = response.content
             except httpx.HTTPError as exc:
-                problem = (f"{exc.__class__.__name__}: "
-                           f"{redact_text(str(exc), self.secret) or 'connection failed'}")
+                problem = (
+                    f"{exc.__class__.__name__}: "
+                    f"{redact_text(str(exc), self.secret) or 'connection failed'}"
+                )
             else:
                 if 200 <= response.status_code < 300:
                     return response
@@ -165,17 +180,23 @@ class BatchApi:
                 err = error_for_status(status, headers, redact(body, self.secret))
                 problem = f"{err.error_class}: {redact_text(err.message, self.secret)}"
                 if not err.retryable:
-                    hint = (" (check the key: --api-key-file, $OPENAI_API_KEY or the keyring)"
-                            if status in (401, 403) else "")
-                    raise BatchApiError(f"OpenAI Batch API refused {what}: {problem}{hint}",
-                                        status=status)
+                    hint = (
+                        " (check the key: --api-key-file, $OPENAI_API_KEY or the keyring)"
+                        if status in (401, 403)
+                        else ""
+                    )
+                    raise BatchApiError(
+                        f"OpenAI Batch API refused {what}: {problem}{hint}", status=status
+                    )
                 retry_after = err.retry_after
             if not retry or tries >= self.retries:
                 raise BatchApiError(
                     f"OpenAI Batch API: {what} failed after {tries + 1} tr"
                     f"{'y' if tries == 0 else 'ies'}: {problem}; the batch state is kept in "
-                    f"{STATE_FILE}, rerun with --resume to continue", status=status,
-                    transient=True)
+                    f"{STATE_FILE}, rerun with --resume to continue",
+                    status=status,
+                    transient=True,
+                )
             delay = self.backoff(tries, retry_after)
             tries += 1
             await asyncio.sleep(delay)
@@ -186,22 +207,37 @@ class BatchApi:
         except (UnicodeDecodeError, json.JSONDecodeError):
             payload = None
         if not isinstance(payload, dict) or (need_id and not isinstance(payload.get("id"), str)):
-            raise BatchApiError(f"OpenAI Batch API: {what} answered HTTP "
-                                f"{response.status_code} without the expected JSON object")
+            raise BatchApiError(
+                f"OpenAI Batch API: {what} answered HTTP "
+                f"{response.status_code} without the expected JSON object"
+            )
         return payload
 
     async def upload(self, name: str, data: bytes) -> dict[str, Any]:
-        response = await self._call("POST", "/files", "the input file upload (POST /files)",
-                                    retry=True, data={"purpose": "batch"},
-                                    files={"file": (name, data, "application/jsonl")})
+        response = await self._call(
+            "POST",
+            "/files",
+            "the input file upload (POST /files)",
+            retry=True,
+            data={"purpose": "batch"},
+            files={"file": (name, data, "application/jsonl")},
+        )
         return self._json(response, "POST /files")
 
     async def create(self, input_file_id: str, token: str) -> dict[str, Any]:
         # Never retried here: a lost answer is settled by listing batches for the token.
         response = await self._call(
-            "POST", "/batches", "the batch creation (POST /batches)", retry=False,
-            json={"input_file_id": input_file_id, "endpoint": ENDPOINT,
-                  "completion_window": COMPLETION_WINDOW, "metadata": {TOKEN_KEY: token}})
+            "POST",
+            "/batches",
+            "the batch creation (POST /batches)",
+            retry=False,
+            json={
+                "input_file_id": input_file_id,
+                "endpoint": ENDPOINT,
+                "completion_window": COMPLETION_WINDOW,
+                "metadata": {TOKEN_KEY: token},
+            },
+        )
         return self._json(response, "POST /batches")
 
     async def find(self, token: str, not_before: float | None) -> dict[str, Any] | None:
@@ -211,8 +247,9 @@ class BatchApi:
             params: dict[str, Any] = {"limit": _LIST_PAGE}
             if after:
                 params["after"] = after
-            response = await self._call("GET", "/batches", "the batch listing (GET /batches)",
-                                        retry=True, params=params)
+            response = await self._call(
+                "GET", "/batches", "the batch listing (GET /batches)", retry=True, params=params
+            )
             page = self._json(response, "GET /batches", need_id=False)
             data = page.get("data")
             items = [b for b in data if isinstance(b, dict)] if isinstance(data, list) else []
@@ -223,20 +260,25 @@ class BatchApi:
             if not items or not page.get("has_more"):
                 return None
             oldest = items[-1].get("created_at")
-            if (not_before is not None and isinstance(oldest, (int, float))
-                    and oldest < not_before - _LIST_SLACK_SECONDS):
+            if (
+                not_before is not None
+                and isinstance(oldest, (int, float))
+                and oldest < not_before - _LIST_SLACK_SECONDS
+            ):
                 return None
             after = str(items[-1].get("id"))
         return None
 
     async def get(self, batch_id: str) -> dict[str, Any]:
-        response = await self._call("GET", f"/batches/{batch_id}",
-                                    f"polling batch {batch_id}", retry=True)
+        response = await self._call(
+            "GET", f"/batches/{batch_id}", f"polling batch {batch_id}", retry=True
+        )
         return self._json(response, f"GET /batches/{batch_id}")
 
     async def content(self, file_id: str) -> bytes:
-        response = await self._call("GET", f"/files/{file_id}/content",
-                                    f"the download of file {file_id}", retry=True)
+        response = await self._call(
+            "GET", f"/files/{file_id}/content", f"the download of file {file_id}", retry=True
+        )
         return response.content
 
 
@@ -244,9 +286,15 @@ class BatchRun:
     """One invocation of a batch run over a run directory (see the module docstring): the
     Batch API as the sending strategy over the same session and recorder as a live run."""
 
-    def __init__(self, config: LiveRunConfig, *, transport: httpx.AsyncBaseTransport | None = None,
-                 progress: ProgressCallback | None = None, control: RunControl | None = None,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: LiveRunConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        progress: ProgressCallback | None = None,
+        control: RunControl | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         check_batch_config(config)
         self.config = config
         self.plan = build_plan(config)
@@ -274,10 +322,16 @@ class BatchRun:
         except FileNotFoundError:
             return None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(f"{self.state_path}: not valid JSON ({exc}); it is written "
-                             "atomically, so something else changed it") from None
-        if (not isinstance(data, dict) or data.get("format") != STATE_FORMAT
-                or data.get("phase") not in PHASES or not isinstance(data.get("prompt_ids"), list)):
+            raise InputError(
+                f"{self.state_path}: not valid JSON ({exc}); it is written "
+                "atomically, so something else changed it"
+            ) from None
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != STATE_FORMAT
+            or data.get("phase") not in PHASES
+            or not isinstance(data.get("prompt_ids"), list)
+        ):
             raise InputError(f"{self.state_path}: not a {STATE_FORMAT} batch state")
         return data
 
@@ -294,8 +348,11 @@ class BatchRun:
     @staticmethod
     def _belongs(rec: Reconciled, pid: str, state: dict[str, Any]) -> bool:
         record = rec.statuses[pid].record or {}
-        return (pid in state["prompt_ids"] and state.get("batch_id") is not None
-                and record.get("batch_id") == state["batch_id"])
+        return (
+            pid in state["prompt_ids"]
+            and state.get("batch_id") is not None
+            and record.get("batch_id") == state["batch_id"]
+        )
 
     # -- preparation ---------------------------------------------------------------------------
     def prepare(self) -> list[PlannedRequest]:
@@ -308,14 +365,17 @@ class BatchRun:
             pre = self.run_dir.reconcile(self.plan.prompt_ids, repair=False)
             uncertain = pre.by_state(PromptState.UNCERTAIN)
             # Pending in the batch, not uncertain: finishing the batch settles them.
-            uncertain_held = bool(uncertain) and all(self._belongs(pre, pid, active)
-                                                     for pid in uncertain)
+            uncertain_held = bool(uncertain) and all(
+                self._belongs(pre, pid, active) for pid in uncertain
+            )
         # The contract check comes first: its message is the clearest.
         to_send = self.session.prepare(held=in_batch, uncertain_held=uncertain_held)
         unknown = in_batch - set(self.plan.prompt_ids)
         if unknown:
-            raise ResumeRefused(f"{self.state_path}: the unfinished batch holds prompts outside "
-                                f"this run's selection ({', '.join(sorted(unknown)[:5])})")
+            raise ResumeRefused(
+                f"{self.state_path}: the unfinished batch holds prompts outside "
+                f"this run's selection ({', '.join(sorted(unknown)[:5])})"
+            )
         return to_send
 
     # -- the run -------------------------------------------------------------------------------
@@ -325,23 +385,36 @@ class BatchRun:
         active = self._active()
         in_batch = set(active["prompt_ids"]) if active else set()
         sending = {r.prompt_id for r in to_send} | in_batch
-        self._emit(RunStarted(str(self.run_dir.path), self.plan.route.name, self.config.model,
-                              len(self.plan.requests), len(sending),
-                              len(self.plan.requests) - len(sending), self.plan.prompt_ids))
+        self._emit(
+            RunStarted(
+                str(self.run_dir.path),
+                self.plan.route.name,
+                self.config.model,
+                len(self.plan.requests),
+                len(sending),
+                len(self.plan.requests) - len(sending),
+                self.plan.prompt_ids,
+            )
+        )
         for pid, status in statuses.items():
             if active is not None and pid in in_batch:
-                self._emit(PromptStateChanged(pid, PromptState.IN_FLIGHT,
-                                              int(active["attempts"][pid])))
+                self._emit(
+                    PromptStateChanged(pid, PromptState.IN_FLIGHT, int(active["attempts"][pid]))
+                )
             elif pid in sending:
                 self._emit(PromptStateChanged(pid, PromptState.PENDING, status.attempts))
             else:
-                self._emit(PromptStateChanged(pid, status.state,
-                                              status.attempts, status.last_error))
-        timeout = httpx.Timeout(self.config.request_timeout_seconds,
-                                connect=min(10.0, self.config.request_timeout_seconds))
+                self._emit(
+                    PromptStateChanged(pid, status.state, status.attempts, status.last_error)
+                )
+        timeout = httpx.Timeout(
+            self.config.request_timeout_seconds,
+            connect=min(10.0, self.config.request_timeout_seconds),
+        )
         try:
-            async with httpx.AsyncClient(transport=self.transport, timeout=timeout,
-                                         follow_redirects=False, trust_env=False) as client:
+            async with httpx.AsyncClient(
+                transport=self.transport, timeout=timeout, follow_redirects=False, trust_env=False
+            ) as client:
                 api = self._api(client)
                 finished = True
                 if active is not None:
@@ -356,11 +429,19 @@ class BatchRun:
 
     def _api(self, client: httpx.AsyncClient) -> BatchApi:
         route, secret = self.plan.route, self.session.secret
-        headers = {"User-Agent": f"pqid-tui/{__version__}", **route.headers,
-                   **self.adapter.auth_headers(route, secret)}
-        return BatchApi(client, route.base_url, headers, secret,
-                        retries=self.config.max_retries,
-                        backoff=functools.partial(backoff, self.config))
+        headers = {
+            "User-Agent": f"pqid-tui/{__version__}",
+            **route.headers,
+            **self.adapter.auth_headers(route, secret),
+        }
+        return BatchApi(
+            client,
+            route.base_url,
+            headers,
+            secret,
+            retries=self.config.max_retries,
+            backoff=functools.partial(backoff, self.config),
+        )
 
     async def _drive(self, api: BatchApi) -> bool:
         """Advance the current batch to `materialised`; False when stopped while polling."""
@@ -404,14 +485,29 @@ class BatchRun:
         name = self._input_name(seq)
         atomic_write_bytes(self.run_dir.path / name, data)
         self.state = {
-            "format": STATE_FORMAT, "seq": seq, "phase": INPUT_WRITTEN,
-            "input_file": name, "input_sha256": sha256_hex(data), "input_bytes": len(data),
-            "prompt_ids": [r.prompt_id for r in to_send], "attempts": attempts,
-            "token": secrets.token_hex(16), "input_file_id": None, "batch_id": None,
-            "status": None, "status_history": [], "request_counts": None,
-            "output_file_id": None, "error_file_id": None, "output_file": None,
-            "output_sha256": None, "error_file": None, "error_sha256": None,
-            "batch_errors": None, "created_at_utc": utc_now(), "previous_batches": previous,
+            "format": STATE_FORMAT,
+            "seq": seq,
+            "phase": INPUT_WRITTEN,
+            "input_file": name,
+            "input_sha256": sha256_hex(data),
+            "input_bytes": len(data),
+            "prompt_ids": [r.prompt_id for r in to_send],
+            "attempts": attempts,
+            "token": secrets.token_hex(16),
+            "input_file_id": None,
+            "batch_id": None,
+            "status": None,
+            "status_history": [],
+            "request_counts": None,
+            "output_file_id": None,
+            "error_file_id": None,
+            "output_file": None,
+            "output_sha256": None,
+            "error_file": None,
+            "error_sha256": None,
+            "batch_errors": None,
+            "created_at_utc": utc_now(),
+            "previous_batches": previous,
         }
         self._save()
 
@@ -431,8 +527,10 @@ class BatchRun:
         if sha256_hex(data) != self.state["input_sha256"]:
             data = input_bytes(self._batch_requests())  # the bodies are deterministic
             if sha256_hex(data) != self.state["input_sha256"]:
-                raise ResumeRefused(f"{path}: the batch input no longer matches "
-                                    f"{STATE_FILE}; the run's requests changed")
+                raise ResumeRefused(
+                    f"{path}: the batch input no longer matches "
+                    f"{STATE_FILE}; the run's requests changed"
+                )
             atomic_write_bytes(path, data)
         uploaded = await api.upload(path.name, data)
         self._save(phase=UPLOADED, input_file_id=uploaded["id"])
@@ -471,10 +569,17 @@ class BatchRun:
             record = self.run_dir.read_record(req.prompt_id) or {}
             if record.get("state") == IN_FLIGHT and record.get("batch_id") == batch_id:
                 continue
-            self.run_dir.write_record({
-                "prompt_id": req.prompt_id, "state": IN_FLIGHT, "attempt": attempt,
-                "attempts": attempt, "request_sha256": req.sha256,
-                "last_error": record.get("last_error"), "batch_id": batch_id})
+            self.run_dir.write_record(
+                {
+                    "prompt_id": req.prompt_id,
+                    "state": IN_FLIGHT,
+                    "attempt": attempt,
+                    "attempts": attempt,
+                    "request_sha256": req.sha256,
+                    "last_error": record.get("last_error"),
+                    "batch_id": batch_id,
+                }
+            )
             self._emit(PromptStateChanged(req.prompt_id, PromptState.IN_FLIGHT, attempt))
 
     # -- step 4: poll --------------------------------------------------------------------------
@@ -486,17 +591,21 @@ class BatchRun:
         changes: dict[str, Any] = {}
         if status != self.state.get("status"):
             changes["status"] = status
-            changes["status_history"] = [*self.state["status_history"],
-                                         {"status": status, "at_utc": utc_now(),
-                                          "request_counts": counts}]
+            changes["status_history"] = [
+                *self.state["status_history"],
+                {"status": status, "at_utc": utc_now(), "request_counts": counts},
+            ]
         if counts != self.state.get("request_counts"):
             changes["request_counts"] = counts
         if self.state.get("batch_created_at_utc") is None and _utc(batch.get("created_at")):
             changes["batch_created_at_utc"] = _utc(batch.get("created_at"))
         if changes:
             self._save(**changes)
-        self._emit(BatchPolled(str(batch.get("id")), status, counts["total"],
-                               counts["completed"], counts["failed"]))
+        self._emit(
+            BatchPolled(
+                str(batch.get("id")), status, counts["total"], counts["completed"], counts["failed"]
+            )
+        )
 
     async def _sleep_poll(self) -> bool:
         """Wait one poll interval; False when the run was stopped meanwhile."""
@@ -519,12 +628,18 @@ class BatchRun:
                 ended = _utc(batch.get(f"{status}_at"))
                 errors = batch.get("errors")
                 data = errors.get("data") if isinstance(errors, dict) else None
-                messages = [str(e.get("message") or e.get("code")) for e in data or []
-                            if isinstance(e, dict)]
-                self._save(phase=ENDED, ended_at_utc=ended or utc_now(),
-                           output_file_id=batch.get("output_file_id"),
-                           error_file_id=batch.get("error_file_id"),
-                           batch_errors=messages or None)
+                messages = [
+                    str(e.get("message") or e.get("code"))
+                    for e in data or []
+                    if isinstance(e, dict)
+                ]
+                self._save(
+                    phase=ENDED,
+                    ended_at_utc=ended or utc_now(),
+                    output_file_id=batch.get("output_file_id"),
+                    error_file_id=batch.get("error_file_id"),
+                    batch_errors=messages or None,
+                )
                 return True
             if not await self._sleep_poll():
                 return False
@@ -554,8 +669,7 @@ class BatchRun:
         path = self.run_dir.path / str(name)
         data = path.read_bytes()
         if sha256_hex(data) != self.state.get(f"{kind}_sha256"):
-            raise InputError(f"{path}: does not match its SHA-256 in "
-                             f"{STATE_FILE}")
+            raise InputError(f"{path}: does not match its SHA-256 in {STATE_FILE}")
         return data
 
     def _materialise(self) -> None:
@@ -577,21 +691,30 @@ class BatchRun:
             self._materialise_one(req, attempt, lines.get(req.prompt_id))
         self._save(phase=MATERIALISED, materialised_at_utc=utc_now())
 
-    def _materialise_one(self, req: PlannedRequest, attempt: int,
-                         line: dict[str, Any] | None) -> None:
+    def _materialise_one(
+        self, req: PlannedRequest, attempt: int, line: dict[str, Any] | None
+    ) -> None:
         assert self.state is not None
         state = self.state
         secret = self.session.secret
-        outcome = AttemptOutcome({
-            "started_at_utc": state.get("batch_created_at_utc"),
-            "finished_at_utc": state.get("ended_at_utc") or utc_now(), "latency_ms": None,
-            "raw": None, "batch_id": state["batch_id"],
-            "batch_request_id": line.get("id") if line else None})
+        outcome = AttemptOutcome(
+            {
+                "started_at_utc": state.get("batch_created_at_utc"),
+                "finished_at_utc": state.get("ended_at_utc") or utc_now(),
+                "latency_ms": None,
+                "raw": None,
+                "batch_id": state["batch_id"],
+                "batch_request_id": line.get("id") if line else None,
+            }
+        )
         if line is None:
             detail = "; ".join(state.get("batch_errors") or [])
             outcome.error = ProviderError(
-                "batch_missing", f"missing from batch output (batch {state['batch_id']} ended "
-                f"{state.get('status')}{': ' + detail if detail else ''})", retryable=False)
+                "batch_missing",
+                f"missing from batch output (batch {state['batch_id']} ended "
+                f"{state.get('status')}{': ' + detail if detail else ''})",
+                retryable=False,
+            )
             self._fail(req, attempt, outcome)
             return
         response = line.get("response")
@@ -602,14 +725,18 @@ class BatchRun:
             code = err.get("code") or "error"
             message = err.get("message") or "the batch line has an error and no response"
             outcome.error = ProviderError(
-                "batch_error", f"batch request error {code}: {message}", retryable=False)
+                "batch_error", f"batch request error {code}: {message}", retryable=False
+            )
             self._fail(req, attempt, outcome)
             return
         status = response.get("status_code")
         status = status if isinstance(status, int) else 0
         payload = response.get("body")
-        body = payload.encode() if isinstance(payload, str) else json.dumps(
-            payload, ensure_ascii=False).encode()
+        body = (
+            payload.encode()
+            if isinstance(payload, str)
+            else json.dumps(payload, ensure_ascii=False).encode()
+        )
         body = redact(body, secret)
         self._raw(outcome, req.prompt_id, attempt, body)
         headers = {"content-type": "application/json"}
@@ -629,15 +756,30 @@ class BatchRun:
         assert self.state is not None and outcome.error is not None
         error = outcome.error
         last_error = redact_text(f"{error.error_class}: {error.message}", self.session.secret)
-        self.recorder.failed_now(req, attempt, outcome, {
-            "prompt_id": req.prompt_id, "state": ERROR, "attempt": attempt,
-            "attempts": attempt, "request_sha256": req.sha256, "last_error": last_error,
-            "batch_id": self.state["batch_id"]})
+        self.recorder.failed_now(
+            req,
+            attempt,
+            outcome,
+            {
+                "prompt_id": req.prompt_id,
+                "state": ERROR,
+                "attempt": attempt,
+                "attempts": attempt,
+                "request_sha256": req.sha256,
+                "last_error": last_error,
+                "batch_id": self.state["batch_id"],
+            },
+        )
 
     # -- summary -------------------------------------------------------------------------------
     def write_summary(self) -> dict[str, Any]:
-        summary = invocation_summary(self.config, self.run_dir, self.plan.prompt_ids,
-                                     self.tally, stopped=self.control.stopped)
+        summary = invocation_summary(
+            self.config,
+            self.run_dir,
+            self.plan.prompt_ids,
+            self.tally,
+            stopped=self.control.stopped,
+        )
         state = self.state
         if state is not None:
             summary["batch"] = self._batch_summary(summary, state)
@@ -646,22 +788,32 @@ class BatchRun:
 
     def _batch_summary(self, summary: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         info: dict[str, Any] = {
-            "batch_id": state.get("batch_id"), "status": state.get("status"),
-            "phase": state.get("phase"), "request_counts": state.get("request_counts"),
-            "prompts": len(state["prompt_ids"]), "input_file_id": state.get("input_file_id"),
+            "batch_id": state.get("batch_id"),
+            "status": state.get("status"),
+            "phase": state.get("phase"),
+            "request_counts": state.get("request_counts"),
+            "prompts": len(state["prompt_ids"]),
+            "input_file_id": state.get("input_file_id"),
             "output_file_id": state.get("output_file_id"),
-            "error_file_id": state.get("error_file_id"), "adopted": state.get("adopted", False),
+            "error_file_id": state.get("error_file_id"),
+            "adopted": state.get("adopted", False),
             "state_file": STATE_FILE,
-            "previous": [{"batch_id": p.get("batch_id"), "status": p.get("status"),
-                          "request_counts": p.get("request_counts"),
-                          "prompts": len(p.get("prompt_ids") or [])}
-                         for p in state.get("previous_batches", [])],
+            "previous": [
+                {
+                    "batch_id": p.get("batch_id"),
+                    "status": p.get("status"),
+                    "request_counts": p.get("request_counts"),
+                    "prompts": len(p.get("prompt_ids") or []),
+                }
+                for p in state.get("previous_batches", [])
+            ],
         }
         if state["phase"] != MATERIALISED:
             # In-flight records of an unfinished batch are pending in it, not uncertain.
             rec = self.run_dir.reconcile(self.plan.prompt_ids, repair=False)
-            waiting = sum(1 for pid in rec.by_state(PromptState.UNCERTAIN)
-                          if self._belongs(rec, pid, state))
+            waiting = sum(
+                1 for pid in rec.by_state(PromptState.UNCERTAIN) if self._belongs(rec, pid, state)
+            )
             summary["uncertain"] -= waiting
             summary["pending"] += waiting
             info["pending_in_batch"] = waiting
@@ -671,36 +823,61 @@ class BatchRun:
 def check_batch_config(config: LiveRunConfig) -> None:
     """Refuse what the Batch path cannot honour, before anything is read or written."""
     if config.provider != "openai":
-        raise ConfigError(f"--batch-api needs --provider openai (the OpenAI Batch API); "
-                          f"{config.provider!r} has no batch path here (any --base-url that "
-                          "speaks the OpenAI Files and Batches endpoints works with openai)")
+        raise ConfigError(
+            f"--batch-api needs --provider openai (the OpenAI Batch API); "
+            f"{config.provider!r} has no batch path here (any --base-url that "
+            "speaks the OpenAI Files and Batches endpoints works with openai)"
+        )
     if config.sleep_seconds > 0:
-        raise ConfigError("--sleep-seconds paces individual requests; with --batch-api every "
-                          "request goes in one upload. Drop one of the two")
+        raise ConfigError(
+            "--sleep-seconds paces individual requests; with --batch-api every "
+            "request goes in one upload. Drop one of the two"
+        )
     if config.stop_on_error:
-        raise ConfigError("--stop-on-error cannot stop a batch that is already submitted; "
-                          "with --batch-api drop it (use --max-new to send smaller batches)")
+        raise ConfigError(
+            "--stop-on-error cannot stop a batch that is already submitted; "
+            "with --batch-api drop it (use --max-new to send smaller batches)"
+        )
 
 
-async def run_batch_api_async(config: LiveRunConfig, *,
-                              transport: httpx.AsyncBaseTransport | None = None,
-                              progress: ProgressCallback | None = None,
-                              control: RunControl | None = None,
-                              env: dict[str, str] | None = None) -> RunResult:
+async def run_batch_api_async(
+    config: LiveRunConfig,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    progress: ProgressCallback | None = None,
+    control: RunControl | None = None,
+    env: dict[str, str] | None = None,
+) -> RunResult:
     """Run (or resume) a batch run on the current event loop."""
-    return await BatchRun(config, transport=transport, progress=progress, control=control,
-                          env=env).run()
+    return await BatchRun(
+        config, transport=transport, progress=progress, control=control, env=env
+    ).run()
 
 
-def run_batch_api(config: LiveRunConfig, *, transport: httpx.AsyncBaseTransport | None = None,
-                  progress: ProgressCallback | None = None,
-                  env: dict[str, str] | None = None) -> RunResult:
+def run_batch_api(
+    config: LiveRunConfig,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    progress: ProgressCallback | None = None,
+    env: dict[str, str] | None = None,
+) -> RunResult:
     """Run (or resume) a batch run to completion; blocking. With `recast`, the second draw
     goes into `OUTPUT/recast/` as its own batch, and the summary gains `stability`."""
 
-    return asyncio.run(run_with_recast(run_batch_api_async, config, transport=transport,
-                                       progress=progress, env=env))
+    return asyncio.run(
+        run_with_recast(
+            run_batch_api_async, config, transport=transport, progress=progress, env=env
+        )
+    )
 
 
-__all__ = ["BatchApi", "BatchApiError", "BatchPolled", "BatchRun", "check_batch_config",
-           "input_bytes", "run_batch_api", "run_batch_api_async"]
+__all__ = [
+    "BatchApi",
+    "BatchApiError",
+    "BatchPolled",
+    "BatchRun",
+    "check_batch_config",
+    "input_bytes",
+    "run_batch_api",
+    "run_batch_api_async",
+]

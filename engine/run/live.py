@@ -72,22 +72,34 @@ class _SendClock:
         n = self.requests
         if not n or self.first_send is None or self.last_answer is None:
             return None
-        parts = {"slot": self.slot, "in_flight_record": self.in_flight,
-                 "to_send": self.to_send, "round_trip": self.round_trip,
-                 "bookkeeping": self.bookkeeping}
+        parts = {
+            "slot": self.slot,
+            "in_flight_record": self.in_flight,
+            "to_send": self.to_send,
+            "round_trip": self.round_trip,
+            "bookkeeping": self.bookkeeping,
+        }
         parts["between_requests"] = max(0.0, self.workers - sum(parts.values()))
-        return {"requests": n,
-                "first_request_after_s": round(self.first_send - self.started, 4),
-                "last_answer_after_s": round(self.last_answer - self.started, 4),
-                "mean_ms": {k: round(v / n * 1000, 3) for k, v in parts.items()}}
+        return {
+            "requests": n,
+            "first_request_after_s": round(self.first_send - self.started, 4),
+            "last_answer_after_s": round(self.last_answer - self.started, 4),
+            "mean_ms": {k: round(v / n * 1000, 3) for k, v in parts.items()},
+        }
 
 
 class LiveRun:
     """One invocation of a live run over a run directory."""
 
-    def __init__(self, config: LiveRunConfig, *, transport: httpx.AsyncBaseTransport | None = None,
-                 progress: ProgressCallback | None = None, control: RunControl | None = None,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: LiveRunConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        progress: ProgressCallback | None = None,
+        control: RunControl | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self._clock = _SendClock()  # first: it times the setup too
         self.config = config
         self.plan = build_plan(config)
@@ -123,25 +135,39 @@ class LiveRun:
         to_send = self.session.prepare(only=self.only)
         statuses = self.session.statuses
         sending = {r.prompt_id for r in to_send}
-        self._emit(RunStarted(str(self.run_dir.path), self.plan.route.name, self.config.model,
-                              len(self.plan.requests), len(to_send),
-                              len(self.plan.requests) - len(to_send), self.plan.prompt_ids))
+        self._emit(
+            RunStarted(
+                str(self.run_dir.path),
+                self.plan.route.name,
+                self.config.model,
+                len(self.plan.requests),
+                len(to_send),
+                len(self.plan.requests) - len(to_send),
+                self.plan.prompt_ids,
+            )
+        )
         for pid, status in statuses.items():
             if pid not in sending:
-                self._emit(PromptStateChanged(pid, status.state,
-                                              status.attempts, status.last_error))
+                self._emit(
+                    PromptStateChanged(pid, status.state, status.attempts, status.last_error)
+                )
         queue: collections.deque[PlannedRequest] = collections.deque(to_send)
         for req in to_send:
-            self._emit(PromptStateChanged(req.prompt_id, PromptState.PENDING,
-                                          statuses[req.prompt_id].attempts))
+            self._emit(
+                PromptStateChanged(
+                    req.prompt_id, PromptState.PENDING, statuses[req.prompt_id].attempts
+                )
+            )
         sender = self._sender()
         self.journal = self.recorder.journal = Journal(self.run_dir.path)
         self.governor = Governor(self.config.concurrency)
         self._tracked = True
         write_failure: BaseException | None = None
         try:
-            workers = [asyncio.create_task(self._worker(sender, queue))
-                       for _ in range(min(self.config.concurrency, max(1, len(to_send))))]
+            workers = [
+                asyncio.create_task(self._worker(sender, queue))
+                for _ in range(min(self.config.concurrency, max(1, len(to_send))))
+            ]
             try:
                 await asyncio.gather(*workers)
             except BaseException:
@@ -165,7 +191,8 @@ class LiveRun:
                 raise RunWriteError(
                     f"could not write the run's evidence to {self.run_dir.path}: "
                     f"{write_failure}; sending stopped. Free space or fix the directory, then "
-                    "resume the run") from write_failure
+                    "resume the run"
+                ) from write_failure
             summary = self.write_summary()
             self._emit(RunFinished(summary))
         return RunResult(summary, str(self.run_dir.path))
@@ -177,10 +204,14 @@ class LiveRun:
         if transport is None and self.plan.route.adapter == "oracle":
             transport = OracleTransport(self.plan.release)
         if transport is not None:
-            return TransportSender(transport, timeout_seconds=timeout,
-                                   connect_timeout_seconds=connect)
-        return NetworkSender(connections=self.config.concurrency, timeout_seconds=timeout,
-                             connect_timeout_seconds=connect)
+            return TransportSender(
+                transport, timeout_seconds=timeout, connect_timeout_seconds=connect
+            )
+        return NetworkSender(
+            connections=self.config.concurrency,
+            timeout_seconds=timeout,
+            connect_timeout_seconds=connect,
+        )
 
     @property
     def _live_journal(self) -> Journal:
@@ -207,9 +238,14 @@ class LiveRun:
             self._clock.workers += time.perf_counter() - born
 
     def _in_flight_record(self, req: PlannedRequest, attempt: int) -> dict[str, Any]:
-        return {"prompt_id": req.prompt_id, "state": IN_FLIGHT, "attempt": attempt,
-                "attempts": attempt, "request_sha256": req.sha256,
-                "last_error": self.session.statuses[req.prompt_id].last_error}
+        return {
+            "prompt_id": req.prompt_id,
+            "state": IN_FLIGHT,
+            "attempt": attempt,
+            "attempts": attempt,
+            "request_sha256": req.sha256,
+            "last_error": self.session.statuses[req.prompt_id].last_error,
+        }
 
     def _prepare_ahead(self, queue: collections.deque[PlannedRequest]) -> None:
         """Write the in_flight records of the prompts next in the queue (a round trip's worth:
@@ -225,8 +261,7 @@ class LiveRun:
             status = statuses[req.prompt_id]
             if status.state == PromptState.UNCERTAIN:
                 continue  # its history line comes first; written the usual way
-            path, data = self.run_dir.record_bytes(
-                self._in_flight_record(req, status.attempts + 1))
+            path, data = self.run_dir.record_bytes(self._in_flight_record(req, status.attempts + 1))
             self._ahead[req.prompt_id] = (status.attempts + 1, path, data)
             self._live_journal.prepare(path, data)
 
@@ -256,14 +291,20 @@ class LiveRun:
             if self._halted():
                 self.governor.failed()
                 if retries:  # it was shown retrying: it is left pending, for a resume
-                    self._emit(PromptStateChanged(req.prompt_id, PromptState.PENDING, attempt,
-                                                  status.last_error))
+                    self._emit(
+                        PromptStateChanged(
+                            req.prompt_id, PromptState.PENDING, attempt, status.last_error
+                        )
+                    )
                 return
             attempt += 1
             record = self._in_flight_record(req, attempt)
             ahead = self._ahead.pop(req.prompt_id, None)
-            path, data = (ahead[1:] if ahead is not None and ahead[0] == attempt
-                          else self.run_dir.record_bytes(record))
+            path, data = (
+                ahead[1:]
+                if ahead is not None and ahead[0] == attempt
+                else self.run_dir.record_bytes(record)
+            )
             try:
                 await self._live_journal.replace_now(path, data)
             except OSError as exc:
@@ -296,35 +337,64 @@ class LiveRun:
             clock.round_trip += answered - sent
             status.last_error = f"{error.error_class}: {error.message}"
             give_up = not error.retryable or retries >= self.config.max_retries
-            too_long = (error.retry_after is not None
-                        and error.retry_after > self.config.max_retry_after_seconds)
+            too_long = (
+                error.retry_after is not None
+                and error.retry_after > self.config.max_retry_after_seconds
+            )
             if too_long and error.retryable:
                 give_up = True
-                status.last_error += (f" (the provider asks to wait {error.retry_after:.0f} s, "
-                                      f"more than --max-retry-after-seconds; resume later "
-                                      "with --retry-errors)")
+                status.last_error += (
+                    f" (the provider asks to wait {error.retry_after:.0f} s, "
+                    f"more than --max-retry-after-seconds; resume later "
+                    "with --retry-errors)"
+                )
             delay = 0.0 if give_up else backoff(self.config, retries, error.retry_after)
             decision = "terminal" if give_up else "retry"
             if give_up:
                 group = self.recorder.failure_group(
-                    req, attempt, outcome, decision, delay,
-                    dict(record, state=ERROR, last_error=status.last_error))
+                    req,
+                    attempt,
+                    outcome,
+                    decision,
+                    delay,
+                    dict(record, state=ERROR, last_error=status.last_error),
+                )
                 self.recorder.attempt_failed(req, attempt, outcome, decision)
                 # Answered (its slot is free), the error not yet durable: "saving", not in flight.
-                self._emit(PromptStateChanged(req.prompt_id, PromptState.SAVING, attempt,
-                                              status.last_error))
-                self.recorder.commit_error(group, status, PromptStateChanged(
-                    req.prompt_id, PromptState.ERROR, attempt, status.last_error))
+                self._emit(
+                    PromptStateChanged(
+                        req.prompt_id, PromptState.SAVING, attempt, status.last_error
+                    )
+                )
+                self.recorder.commit_error(
+                    group,
+                    status,
+                    PromptStateChanged(
+                        req.prompt_id, PromptState.ERROR, attempt, status.last_error
+                    ),
+                )
                 if self.config.stop_on_error:
                     self._stop_new = True
                 return
             group = self.recorder.failure_group(
-                req, attempt, outcome, decision, delay,
-                dict(record, state=RETRY_WAIT, last_error=status.last_error))
+                req,
+                attempt,
+                outcome,
+                decision,
+                delay,
+                dict(record, state=RETRY_WAIT, last_error=status.last_error),
+            )
             # The answer is in and the slot is free: the prompt is no longer in flight.
             self.recorder.attempt_failed(req, attempt, outcome, decision)
-            self._emit(PromptStateChanged(req.prompt_id, PromptState.RETRYING, attempt,
-                                          status.last_error, time.time() + delay))
+            self._emit(
+                PromptStateChanged(
+                    req.prompt_id,
+                    PromptState.RETRYING,
+                    attempt,
+                    status.last_error,
+                    time.time() + delay,
+                )
+            )
             try:
                 # The next attempt's in_flight record must not overtake this one.
                 await self.recorder.commit_retry_wait(group)
@@ -335,16 +405,24 @@ class LiveRun:
             await self.control.sleep(delay)
             if self.control.stopped:
                 # No next try will come: the prompt is pending again, as its record says.
-                self._emit(PromptStateChanged(req.prompt_id, PromptState.PENDING, attempt,
-                                              status.last_error))
+                self._emit(
+                    PromptStateChanged(
+                        req.prompt_id, PromptState.PENDING, attempt, status.last_error
+                    )
+                )
                 return
 
-    async def _attempt(self, sender: Sender, req: PlannedRequest, attempt: int, ticket: float
-                       ) -> AttemptOutcome:
+    async def _attempt(
+        self, sender: Sender, req: PlannedRequest, attempt: int, ticket: float
+    ) -> AttemptOutcome:
         """Send one request and read its answer; the governor hears how it went."""
         route, secret = self.plan.route, self.session.secret
-        headers = {"Content-Type": "application/json", "User-Agent": f"pqid-tui/{__version__}",
-                   **route.headers, **self.adapter.auth_headers(route, secret)}
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": f"pqid-tui/{__version__}",
+            **route.headers,
+            **self.adapter.auth_headers(route, secret),
+        }
         url = self.adapter.url(route, self.config.model)
         started_utc, t0 = utc_now(), time.monotonic()
         outcome = AttemptOutcome({"started_at_utc": started_utc})
@@ -355,13 +433,17 @@ class LiveRun:
             self.governor.failed()
             if isinstance(exc, SendTimeout):
                 outcome.error = ProviderError(
-                    "timeout", f"no complete reply within the timeout ({exc})", retryable=True)
+                    "timeout", f"no complete reply within the timeout ({exc})", retryable=True
+                )
             else:
                 outcome.error = ProviderError(
-                    "connection_error", redact_text(str(exc), secret) or "connection failed",
-                    retryable=True)
-            info.update(latency_ms=int((time.monotonic() - t0) * 1000),
-                        finished_at_utc=utc_now(), raw=None)
+                    "connection_error",
+                    redact_text(str(exc), secret) or "connection failed",
+                    retryable=True,
+                )
+            info.update(
+                latency_ms=int((time.monotonic() - t0) * 1000), finished_at_utc=utc_now(), raw=None
+            )
             return outcome
         latency_ms = int((time.monotonic() - t0) * 1000)
         body = redact(response.body, secret)
@@ -372,13 +454,19 @@ class LiveRun:
         self.recorder.read_reply(outcome, response.status, resp_headers, body)
         err = outcome.error
         if err is not None and err.status == 429 and err.retryable:
-            long_wait = (err.retry_after is not None
-                         and err.retry_after > self.config.max_retry_after_seconds)
+            long_wait = (
+                err.retry_after is not None
+                and err.retry_after > self.config.max_retry_after_seconds
+            )
             # "limit" (the route paused and slowed) or "isolated" (only this prompt waits,
             # by its own backoff), kept in the attempt's history line.
             info["throttle"] = self.governor.throttled(
-                ticket, err.retry_after, resp_headers, honour_pause=not long_wait,
-                prompt=req.prompt_id)
+                ticket,
+                err.retry_after,
+                resp_headers,
+                honour_pause=not long_wait,
+                prompt=req.prompt_id,
+            )
         else:
             self.governor.answered(ticket, resp_headers)
         return outcome
@@ -387,34 +475,58 @@ class LiveRun:
     def write_summary(self) -> dict[str, Any]:
         batch = self.config.batch_api
         summary = invocation_summary(
-            self.config, self.run_dir, self.plan.prompt_ids, self.tally,
+            self.config,
+            self.run_dir,
+            self.plan.prompt_ids,
+            self.tally,
             stopped=self.control.stopped or self._stop_new,
             reconciled=self.session.reconciled if self._tracked else None,
             rate_control=None if batch else self.governor.state(),
             durable_writes=self._write_stats,
-            send_path=None if batch else self._clock.to_dict())
+            send_path=None if batch else self._clock.to_dict(),
+        )
         write_summary(self.run_dir, summary)
         return summary
 
 
-async def run_live_model_async(config: LiveRunConfig, *,
-                               transport: httpx.AsyncBaseTransport | None = None,
-                               progress: ProgressCallback | None = None,
-                               control: RunControl | None = None,
-                               env: dict[str, str] | None = None) -> RunResult:
+async def run_live_model_async(
+    config: LiveRunConfig,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    progress: ProgressCallback | None = None,
+    control: RunControl | None = None,
+    env: dict[str, str] | None = None,
+) -> RunResult:
     """Run (or resume) a live run on the current event loop."""
-    return await LiveRun(config, transport=transport, progress=progress, control=control,
-                         env=env).run()
+    return await LiveRun(
+        config, transport=transport, progress=progress, control=control, env=env
+    ).run()
 
 
-def run_live_model(config: LiveRunConfig, *, transport: httpx.AsyncBaseTransport | None = None,
-                   progress: ProgressCallback | None = None,
-                   env: dict[str, str] | None = None) -> RunResult:
+def run_live_model(
+    config: LiveRunConfig,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    progress: ProgressCallback | None = None,
+    env: dict[str, str] | None = None,
+) -> RunResult:
     """Run (or resume) a live run to completion; blocking. With `recast`, then the second
     draw into `OUTPUT/recast/`, and the summary gains `stability` and `recast`."""
-    return asyncio.run(run_with_recast(run_live_model_async, config, transport=transport,
-                                       progress=progress, env=env))
+    return asyncio.run(
+        run_with_recast(
+            run_live_model_async, config, transport=transport, progress=progress, env=env
+        )
+    )
 
 
-__all__ = ["LiveRun", "RunControl", "RunResult", "build_manifest", "request_record",
-           "response_note", "run_live_model", "run_live_model_async", "summarize_run"]
+__all__ = [
+    "LiveRun",
+    "RunControl",
+    "RunResult",
+    "build_manifest",
+    "request_record",
+    "response_note",
+    "run_live_model",
+    "run_live_model_async",
+    "summarize_run",
+]

@@ -56,31 +56,49 @@ class Plan:
         return sha256_hex("".join(f"{r.prompt_id}\t{r.sha256}\n" for r in self.requests))
 
     def route_dict(self) -> dict[str, Any]:
-        return {"provider": self.route.name, "adapter": self.route.adapter,
-                "base_url": self.route.base_url, "auth": self.route.auth,
-                "credential_env": self.route.credential_env,
-                "headers": sorted(self.route.headers)}
+        return {
+            "provider": self.route.name,
+            "adapter": self.route.adapter,
+            "base_url": self.route.base_url,
+            "auth": self.route.auth,
+            "credential_env": self.route.credential_env,
+            "headers": sorted(self.route.headers),
+        }
 
     def selection_dict(self) -> dict[str, Any]:
         c = self.config
-        return {"split": c.split, "limit": c.limit,
-                "prompt_ids_filter": list(c.prompt_ids) if c.prompt_ids else None,
-                "count": len(self.prompts), "prompt_ids_sha256": self.prompt_ids_sha256}
+        return {
+            "split": c.split,
+            "limit": c.limit,
+            "prompt_ids_filter": list(c.prompt_ids) if c.prompt_ids else None,
+            "count": len(self.prompts),
+            "prompt_ids_sha256": self.prompt_ids_sha256,
+        }
 
     def identity(self) -> dict[str, Any]:
         """The fields of a run manifest that make a run directory one contract."""
-        return {"release": release_dict(self.release), "route": self.route_dict(),
-                "model": self.config.model, "selection": self.selection_dict(),
-                "request_set_sha256": self.request_set_sha256,
-                "generation_contract": self.contract}
+        return {
+            "release": release_dict(self.release),
+            "route": self.route_dict(),
+            "model": self.config.model,
+            "selection": self.selection_dict(),
+            "request_set_sha256": self.request_set_sha256,
+            "generation_contract": self.contract,
+        }
 
     def cost_estimate(self) -> dict[str, Any]:
         if self.route.adapter == "oracle":
             return {"usd_low": 0.0, "usd_high": 0.0, "price": "oracle: no provider"}
         table = load_prices(self.config.prices_path)
         prompt_tokens = sum(estimate_tokens(r.body_bytes) for r in self.requests)
-        return plan_cost(table, self.config.model, prompt_tokens, len(self.requests),
-                         self.config.max_output_tokens, batch=self.config.batch_api)
+        return plan_cost(
+            table,
+            self.config.model,
+            prompt_tokens,
+            len(self.requests),
+            self.config.max_output_tokens,
+            batch=self.config.batch_api,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The dry-run plan as printed by `run-model --dry-run`."""
@@ -100,43 +118,60 @@ class Plan:
             "generation_contract": self.contract,
             "generation_contract_preset": c.generation_contract,
             **study_plan_dict(self),
-            "credential": ("none (--no-auth)" if c.no_auth and self.route.needs_credential
-                           else "none (in-process oracle)"
-                           if self.route.adapter == "oracle"
-                           else "none (the route needs no key)" if not self.route.needs_credential
-                           else "read when the run starts: --api-key-file, then "
-                           f"${self.route.credential_env}, then the OS keyring"
-                           if self.route.credential_env else
-                           "read when the run starts: --api-key-file, then the OS keyring"),
+            "credential": (
+                "none (--no-auth)"
+                if c.no_auth and self.route.needs_credential
+                else "none (in-process oracle)"
+                if self.route.adapter == "oracle"
+                else "none (the route needs no key)"
+                if not self.route.needs_credential
+                else "read when the run starts: --api-key-file, then "
+                f"${self.route.credential_env}, then the OS keyring"
+                if self.route.credential_env
+                else "read when the run starts: --api-key-file, then the OS keyring"
+            ),
             "output_dir": str(c.output_dir) if c.output_dir else None,
             "cost_estimate": self.cost_estimate(),
             "require_exact_model": c.require_exact_model,
             "send_mode": "batch-api" if c.batch_api else "live",
             "concurrency": c.concurrency,
-            "retry_policy": {"max_retries": c.max_retries,
-                             "retry_backoff_seconds": c.retry_backoff_seconds,
-                             "max_backoff_seconds": c.max_backoff_seconds,
-                             "max_retry_after_seconds": c.max_retry_after_seconds,
-                             "request_timeout_seconds": c.request_timeout_seconds},
+            "retry_policy": {
+                "max_retries": c.max_retries,
+                "retry_backoff_seconds": c.retry_backoff_seconds,
+                "max_backoff_seconds": c.max_backoff_seconds,
+                "max_retry_after_seconds": c.max_retry_after_seconds,
+                "request_timeout_seconds": c.request_timeout_seconds,
+            },
         }
 
 
 def release_dict(release: Release) -> dict[str, Any]:
-    return {"name": release.name, "version": release.version, "digest": release.digest,
-            "prompts_sha256": release.prompts_sha256, "modified": release.modified,
-            "prompt_count": len(release.prompts),
-            "release_format": release.format, "profile": release.profile,
-            "absent_files": len(release.absent), "absent": list(release.absent_summary())}
+    return {
+        "name": release.name,
+        "version": release.version,
+        "digest": release.digest,
+        "prompts_sha256": release.prompts_sha256,
+        "modified": release.modified,
+        "prompt_count": len(release.prompts),
+        "release_format": release.format,
+        "profile": release.profile,
+        "absent_files": len(release.absent),
+        "absent": list(release.absent_summary()),
+    }
 
 
 def generation_contract(config: LiveRunConfig, route: Route) -> dict[str, Any]:
     """The settings that shape every request body; part of the run's identity."""
     if config.max_output_field is not None and route.adapter not in ("openai-chat", "oracle"):
-        raise ConfigError(f"--max-output-field applies to OpenAI-compatible routes; the "
-                          f"{route.adapter} adapter always sends {route.max_output_field}",
-                          fields={"max_output_field": "applies to OpenAI-compatible routes; "
-                                  f"the {route.adapter} adapter always sends "
-                                  f"{route.max_output_field}"})
+        raise ConfigError(
+            f"--max-output-field applies to OpenAI-compatible routes; the "
+            f"{route.adapter} adapter always sends {route.max_output_field}",
+            fields={
+                "max_output_field": "applies to OpenAI-compatible routes; "
+                f"the {route.adapter} adapter always sends "
+                f"{route.max_output_field}"
+            },
+        )
     return {
         "temperature": None if config.omit_temperature else config.temperature,
         "top_p": None if config.omit_top_p else config.top_p,
@@ -153,9 +188,10 @@ def select_prompts(release: Release, config: LiveRunConfig) -> tuple[Prompt, ...
     if config.split is not None:
         splits = release.split_counts()
         if config.split not in splits:
-            raise ConfigError(f"--split {config.split!r}: the release has splits "
-                              f"{', '.join(splits)}",
-                              fields={"split": f"the release has splits {', '.join(splits)}"})
+            raise ConfigError(
+                f"--split {config.split!r}: the release has splits {', '.join(splits)}",
+                fields={"split": f"the release has splits {', '.join(splits)}"},
+            )
         prompts = [p for p in prompts if p.split == config.split]
     if config.prompt_ids:
         wanted = list(dict.fromkeys(config.prompt_ids))
@@ -163,17 +199,21 @@ def select_prompts(release: Release, config: LiveRunConfig) -> tuple[Prompt, ...
         missing = [pid for pid in wanted if pid not in by_id]
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-            raise ConfigError(f"--prompt-ids: the release has no prompt {missing[0]!r}{more}",
-                              fields={"prompt_ids": f"the release has no prompt "
-                                      f"{missing[0]!r}{more}"})
+            raise ConfigError(
+                f"--prompt-ids: the release has no prompt {missing[0]!r}{more}",
+                fields={"prompt_ids": f"the release has no prompt {missing[0]!r}{more}"},
+            )
         keep = set(wanted)
         prompts = [p for p in prompts if p.prompt_id in keep]
     if config.limit is not None:
         prompts = prompts[: config.limit]
     if not prompts:
-        raise ConfigError("the selection is empty: check --split, --prompt-ids and --limit",
-                          fields={"limit": "the selection is empty: check the split, the "
-                                  "prompt IDs and the limit"})
+        raise ConfigError(
+            "the selection is empty: check --split, --prompt-ids and --limit",
+            fields={
+                "limit": "the selection is empty: check the split, the prompt IDs and the limit"
+            },
+        )
     return tuple(prompts)
 
 
@@ -182,8 +222,9 @@ def build_plan(config: LiveRunConfig, release: Release | None = None) -> Plan:
     route = resolve_route(config.provider, config.base_url, config.headers)
     if config.no_auth and route.adapter == "oracle":
         pass
-    release = release or load_release(config.release_dir,
-                                      allow_modified=config.allow_modified_release)
+    release = release or load_release(
+        config.release_dir, allow_modified=config.allow_modified_release
+    )
     contract = generation_contract(config, route)
     adapter = adapter_for(route)
     prompts = select_prompts(release, config)
@@ -193,15 +234,22 @@ def build_plan(config: LiveRunConfig, release: Release | None = None) -> Plan:
             raise ConfigError(
                 f"the oracle route answers each prompt with its reference code, and "
                 f"{len(without)} of the {len(prompts)} selected prompts of {release.name} "
-                f"{release.version} have none (first: {without[0]}); choose a model route")
+                f"{release.version} have none (first: {without[0]}); choose a model route"
+            )
     requests = []
     for prompt in prompts:
         body = adapter.build_body(config.model, prompt.request_messages(), contract)
         data = canonical_json(body)
-        ident = study_identity(prompt, route.name, route.adapter, config.model, body
-                               ) if is_pqid_bench(release) else None
-        requests.append(PlannedRequest(prompt.prompt_id, body, data, sha256_hex(data),
-                                       ident.to_dict() if ident else None))
+        ident = (
+            study_identity(prompt, route.name, route.adapter, config.model, body)
+            if is_pqid_bench(release)
+            else None
+        )
+        requests.append(
+            PlannedRequest(
+                prompt.prompt_id, body, data, sha256_hex(data), ident.to_dict() if ident else None
+            )
+        )
     return Plan(config, release, route, contract, prompts, tuple(requests))
 
 
@@ -217,8 +265,10 @@ def check_resumable(plan: Plan) -> bool:
 
     run_dir = RunDir(c.output_dir)
     if run_dir.is_nonempty() and not c.resume:
-        raise ResumeRefused(f"{run_dir.path} is not empty: pass --resume to continue "
-                            "the run there, or choose a new --output-dir")
+        raise ResumeRefused(
+            f"{run_dir.path} is not empty: pass --resume to continue "
+            "the run there, or choose a new --output-dir"
+        )
     resuming = c.resume and run_dir.manifest_path.exists()
     if c.resume and run_dir.is_nonempty() and not resuming:
         raise ResumeRefused(f"{run_dir.path}: not a run directory (no run-manifest.json)")
@@ -240,22 +290,35 @@ def output_outcome(plan: Plan) -> dict[str, Any]:
         return {"action": "refused", "reason": str(exc)}
     if not resuming:
         count = len(plan.requests)
-        return {"action": "create",
-                "would_send": count if c.max_new is None else min(count, c.max_new)}
+        return {
+            "action": "create",
+            "would_send": count if c.max_new is None else min(count, c.max_new),
+        }
     from engine.rundir.records import RunDir
 
     rec = RunDir(c.output_dir).reconcile(plan.prompt_ids, repair=False)
     counted = (PromptState.SUCCESS, PromptState.ERROR, PromptState.PENDING, PromptState.UNCERTAIN)
     states: dict[str, int] = {s: len(rec.by_state(s)) for s in counted}
     if states["uncertain"] and not c.retry_uncertain:
-        return {"action": "refused", "states": states, "reason": (
-            f"{states['uncertain']} prompt(s) were in flight when an earlier run stopped; "
-            "the provider may have answered them. Pass --retry-uncertain to send them again "
-            "(a possible extra paid draw)")}
-    send = states["pending"] + (states["error"] if c.retry_errors else 0) + (
-        states["uncertain"] if c.retry_uncertain else 0)
-    return {"action": "resume", "states": states,
-            "would_send": send if c.max_new is None else min(send, c.max_new)}
+        return {
+            "action": "refused",
+            "states": states,
+            "reason": (
+                f"{states['uncertain']} prompt(s) were in flight when an earlier run stopped; "
+                "the provider may have answered them. Pass --retry-uncertain to send them again "
+                "(a possible extra paid draw)"
+            ),
+        }
+    send = (
+        states["pending"]
+        + (states["error"] if c.retry_errors else 0)
+        + (states["uncertain"] if c.retry_uncertain else 0)
+    )
+    return {
+        "action": "resume",
+        "states": states,
+        "would_send": send if c.max_new is None else min(send, c.max_new),
+    }
 
 
 def plan_live_model_run(config: LiveRunConfig) -> dict[str, Any]:
@@ -269,5 +332,9 @@ def plan_live_model_run(config: LiveRunConfig) -> dict[str, Any]:
 def environment_dict() -> dict[str, str]:
     import httpx
 
-    return {"pqid_tui": __version__, "python": platform.python_version(),
-            "httpx": httpx.__version__, "platform": platform.platform(terse=True)}
+    return {
+        "pqid_tui": __version__,
+        "python": platform.python_version(),
+        "httpx": httpx.__version__,
+        "platform": platform.platform(terse=True),
+    }

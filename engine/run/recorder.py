@@ -64,8 +64,7 @@ class AttemptOutcome:
 class Recorder:
     """Turns attempt outcomes into evidence in the session's run directory."""
 
-    def __init__(self, session: Session, adapter: Adapter,
-                 emit: Callable[[Event], None]) -> None:
+    def __init__(self, session: Session, adapter: Adapter, emit: Callable[[Event], None]) -> None:
         self.session = session
         self.config = session.config
         self.plan = session.plan
@@ -76,8 +75,7 @@ class Recorder:
         self.journal: Journal | None = None
 
     # -- reading a reply -----------------------------------------------------------------------
-    def raw_body(self, outcome: AttemptOutcome, prompt_id: str, attempt: int,
-                 body: bytes) -> None:
+    def raw_body(self, outcome: AttemptOutcome, prompt_id: str, attempt: int, body: bytes) -> None:
         """Name the raw body of an answer and keep it with the outcome, for its evidence."""
         is_json = True
         try:
@@ -88,8 +86,9 @@ class Recorder:
         outcome.info["raw"] = name
         outcome.raw = (self.run_dir.path / name, body)
 
-    def read_reply(self, outcome: AttemptOutcome, status: int, headers: dict[str, str],
-                   body: bytes) -> AttemptOutcome:
+    def read_reply(
+        self, outcome: AttemptOutcome, status: int, headers: dict[str, str], body: bytes
+    ) -> AttemptOutcome:
         """Parse an answer into `outcome.reply` (and its model check) or `outcome.error`."""
         outcome.status = status
         model = self.config.model
@@ -98,9 +97,12 @@ class Recorder:
             model_check = check_model(model, reply.returned_model)
             if model_check == "redirected" and self.config.require_exact_model:
                 raise ProviderError(
-                    "model_redirected", f"asked for {model!r}, the provider answered "
-                    f"with {reply.returned_model!r} (--require-exact-model)", retryable=False,
-                    status=status)
+                    "model_redirected",
+                    f"asked for {model!r}, the provider answered "
+                    f"with {reply.returned_model!r} (--require-exact-model)",
+                    retryable=False,
+                    status=status,
+                )
         except ProviderError as err:
             outcome.error = err
             return outcome
@@ -110,48 +112,86 @@ class Recorder:
     # -- history lines -------------------------------------------------------------------------
     def keep_uncertain(self, req: PlannedRequest, attempt: int) -> None:
         """Keep an interrupted attempt in the history before drawing again."""
-        self.run_dir.append_attempt({
-            "prompt_id": req.prompt_id, "attempt": attempt, "started_at_utc": None,
-            "finished_at_utc": utc_now(), "latency_ms": None, "status": None,
-            "error_class": "uncertain", "decision": "uncertain",
-            "error": "in flight when an earlier run stopped; resent with --retry-uncertain",
-            "request_sha256": req.sha256, "raw": None})
+        self.run_dir.append_attempt(
+            {
+                "prompt_id": req.prompt_id,
+                "attempt": attempt,
+                "started_at_utc": None,
+                "finished_at_utc": utc_now(),
+                "latency_ms": None,
+                "status": None,
+                "error_class": "uncertain",
+                "decision": "uncertain",
+                "error": "in flight when an earlier run stopped; resent with --retry-uncertain",
+                "request_sha256": req.sha256,
+                "raw": None,
+            }
+        )
 
-    def attempt_line(self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome,
-                     decision: str, delay: float) -> dict[str, Any]:
+    def attempt_line(
+        self,
+        req: PlannedRequest,
+        attempt: int,
+        outcome: AttemptOutcome,
+        decision: str,
+        delay: float,
+    ) -> dict[str, Any]:
         """A failed attempt's line of provider-attempts.jsonl."""
         error = outcome.error
         assert error is not None
         return dict(
-            outcome.info, prompt_id=req.prompt_id, attempt=attempt, status=error.status,
+            outcome.info,
+            prompt_id=req.prompt_id,
+            attempt=attempt,
+            status=error.status,
             error_class=error.error_class,
             error=redact_text(error.message, self.session.secret),
-            decision=decision, retry_after_s=error.retry_after,
+            decision=decision,
+            retry_after_s=error.retry_after,
             backoff_s=round(delay, 3) if decision == "retry" else None,
-            request_sha256=req.sha256)
+            request_sha256=req.sha256,
+        )
 
-    def attempt_failed(self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome,
-                       decision: str) -> None:
+    def attempt_failed(
+        self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome, decision: str
+    ) -> None:
         error = outcome.error
         assert error is not None
-        self.emit(AttemptFinished(req.prompt_id, attempt, error.status, outcome.latency_ms,
-                                  error.error_class,
-                                  "retry" if decision == "retry" else "terminal"))
+        self.emit(
+            AttemptFinished(
+                req.prompt_id,
+                attempt,
+                error.status,
+                outcome.latency_ms,
+                error.error_class,
+                "retry" if decision == "retry" else "terminal",
+            )
+        )
 
     # -- a failure -----------------------------------------------------------------------------
-    def failure_group(self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome,
-                      decision: str, delay: float, record: dict[str, Any]) -> Group:
+    def failure_group(
+        self,
+        req: PlannedRequest,
+        attempt: int,
+        outcome: AttemptOutcome,
+        decision: str,
+        delay: float,
+        record: dict[str, Any],
+    ) -> Group:
         """The writes of a failed attempt, for the journal: its line, the raw body of a
         completed reply (kept as evidence) and the record (`error` or `retry_wait`)."""
-        group = Group().append(self.run_dir.attempts_path, RunDir.line_bytes(
-            self.attempt_line(req, attempt, outcome, decision, delay)))
+        group = Group().append(
+            self.run_dir.attempts_path,
+            RunDir.line_bytes(self.attempt_line(req, attempt, outcome, decision, delay)),
+        )
         if outcome.raw is not None:
             group.create(*outcome.raw)
         group.replace(*self.run_dir.record_bytes(record))
         return group
 
-    def failed_now(self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome,
-                   record: dict[str, Any]) -> None:
+    def failed_now(
+        self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome, record: dict[str, Any]
+    ) -> None:
         """Record a terminal failure at once, without the journal (the Batch API path)."""
         assert record["state"] == ERROR
         if outcome.raw is not None:
@@ -159,8 +199,9 @@ class Recorder:
         self.run_dir.append_attempt(self.attempt_line(req, attempt, outcome, "terminal", 0.0))
         self.attempt_failed(req, attempt, outcome, "terminal")
         self.run_dir.write_record(record)
-        self.emit(PromptStateChanged(req.prompt_id, PromptState.ERROR, attempt,
-                                     record["last_error"]))
+        self.emit(
+            PromptStateChanged(req.prompt_id, PromptState.ERROR, attempt, record["last_error"])
+        )
 
     # -- a success -----------------------------------------------------------------------------
     def success(self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome) -> None:
@@ -168,11 +209,25 @@ class Recorder:
         for their in_flight records are on their way."""
         reply, status = outcome.reply, outcome.status
         assert reply is not None and status is not None
-        note = response_note({"finish_reason": reply.finish_reason, "content": reply.content,
-                              "model_redirected": outcome.model_check == "redirected",
-                              "returned_model": reply.returned_model})
-        self.emit(AttemptFinished(req.prompt_id, attempt, status, outcome.info["latency_ms"],
-                                  None, "success", reply.usage))
+        note = response_note(
+            {
+                "finish_reason": reply.finish_reason,
+                "content": reply.content,
+                "model_redirected": outcome.model_check == "redirected",
+                "returned_model": reply.returned_model,
+            }
+        )
+        self.emit(
+            AttemptFinished(
+                req.prompt_id,
+                attempt,
+                status,
+                outcome.info["latency_ms"],
+                None,
+                "success",
+                reply.usage,
+            )
+        )
         if self.journal is None:
             self._write_success(req, attempt, outcome, note)
             return
@@ -182,32 +237,54 @@ class Recorder:
         # (Journal.later): none of them waits behind this answer's bookkeeping.
         self.journal.later(functools.partial(self._write_success, req, attempt, outcome, note))
 
-    def _write_success(self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome,
-                       note: str | None) -> None:
+    def _write_success(
+        self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome, note: str | None
+    ) -> None:
         reply, info, status = outcome.reply, outcome.info, outcome.status
         assert reply is not None
         model_check = outcome.model_check
         extraction = extract_code(reply.content)
         response = {
-            "prompt_id": req.prompt_id, "provider": self.plan.route.name,
-            "adapter": self.plan.route.adapter, "model": self.config.model,
-            "returned_model": reply.returned_model, "content": reply.content,
+            "prompt_id": req.prompt_id,
+            "provider": self.plan.route.name,
+            "adapter": self.plan.route.adapter,
+            "model": self.config.model,
+            "returned_model": reply.returned_model,
+            "content": reply.content,
             "generated_code": extraction.code,
-            "extraction": {"method": extraction.method,
-                           "prose_removed": extraction.prose_removed},
-            "model_check": model_check, "model_redirected": model_check == "redirected",
+            "extraction": {"method": extraction.method, "prose_removed": extraction.prose_removed},
+            "model_check": model_check,
+            "model_redirected": model_check == "redirected",
             "finish_reason": reply.finish_reason,
-            "provider_finish_reason": reply.provider_finish_reason, "usage": reply.usage,
-            "request_sha256": req.sha256, "request_id": reply.request_id,
-            "created_at_utc": info["finished_at_utc"], "attempt": attempt,
-            "latency_ms": info["latency_ms"], "http_status": status, "raw": info["raw"],
+            "provider_finish_reason": reply.provider_finish_reason,
+            "usage": reply.usage,
+            "request_sha256": req.sha256,
+            "request_id": reply.request_id,
+            "created_at_utc": info["finished_at_utc"],
+            "attempt": attempt,
+            "latency_ms": info["latency_ms"],
+            "http_status": status,
+            "raw": info["raw"],
         }
-        attempt_line = dict(info, prompt_id=req.prompt_id, attempt=attempt, status=status,
-                            error_class=None, error=None, decision="success",
-                            request_sha256=req.sha256)
-        record = {"prompt_id": req.prompt_id, "state": SUCCESS, "attempt": attempt,
-                  "attempts": attempt, "request_sha256": req.sha256, "last_error": None,
-                  "finish_reason": reply.finish_reason}
+        attempt_line = dict(
+            info,
+            prompt_id=req.prompt_id,
+            attempt=attempt,
+            status=status,
+            error_class=None,
+            error=None,
+            decision="success",
+            request_sha256=req.sha256,
+        )
+        record = {
+            "prompt_id": req.prompt_id,
+            "state": SUCCESS,
+            "attempt": attempt,
+            "attempts": attempt,
+            "request_sha256": req.sha256,
+            "last_error": None,
+            "finish_reason": reply.finish_reason,
+        }
 
         def durable() -> None:
             if self.session.reconciled is not None:

@@ -14,7 +14,7 @@ def backoff(config: LiveRunConfig, retries_done: int, retry_after: float | None)
     jittered downwards so that senders that failed together do not retry together."""
     if retry_after is not None:
         return min(retry_after, config.max_retry_after_seconds)
-    base: float = config.retry_backoff_seconds * (2 ** retries_done)
+    base: float = config.retry_backoff_seconds * (2**retries_done)
     return float(min(base, config.max_backoff_seconds) * (1 - 0.25 * random.random()))
 
 

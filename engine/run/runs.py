@@ -63,8 +63,11 @@ class RunInfo:
 
     @property
     def complete(self) -> bool:
-        return self.problem is None and self.selected > 0 and (
-            self.success + self.error == self.selected)
+        return (
+            self.problem is None
+            and self.selected > 0
+            and (self.success + self.error == self.selected)
+        )
 
 
 def is_evaluated(run_dir: Path) -> bool:
@@ -104,14 +107,30 @@ def read_run_info(path: Path) -> RunInfo:
     try:
         rec = run.reconcile(ids, repair=False)
     except PqidError as exc:
-        return RunInfo(path, path.name, route.get("provider"), manifest.get("model"),
-                       manifest.get("created_at_utc"), len(ids), evaluated=evaluated,
-                       problem=str(exc))
+        return RunInfo(
+            path,
+            path.name,
+            route.get("provider"),
+            manifest.get("model"),
+            manifest.get("created_at_utc"),
+            len(ids),
+            evaluated=evaluated,
+            problem=str(exc),
+        )
     counts = Counter(s.state for s in rec.statuses.values())
-    return RunInfo(path, path.name, route.get("provider"), manifest.get("model"),
-                   manifest.get("created_at_utc"), len(ids), counts[PromptState.SUCCESS],
-                   counts[PromptState.ERROR], counts[PromptState.PENDING],
-                   counts[PromptState.UNCERTAIN], evaluated)
+    return RunInfo(
+        path,
+        path.name,
+        route.get("provider"),
+        manifest.get("model"),
+        manifest.get("created_at_utc"),
+        len(ids),
+        counts[PromptState.SUCCESS],
+        counts[PromptState.ERROR],
+        counts[PromptState.PENDING],
+        counts[PromptState.UNCERTAIN],
+        evaluated,
+    )
 
 
 def list_runs(runs_dir: Path) -> list[RunInfo]:
@@ -119,8 +138,11 @@ def list_runs(runs_dir: Path) -> list[RunInfo]:
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
         return []
-    return [read_run_info(child) for child in sorted(runs_dir.iterdir())
-            if child.is_dir() and (child / MANIFEST).exists()]
+    return [
+        read_run_info(child)
+        for child in sorted(runs_dir.iterdir())
+        if child.is_dir() and (child / MANIFEST).exists()
+    ]
 
 
 # -- one prompt's evidence -----------------------------------------------------------------------
@@ -215,8 +237,18 @@ def prompt_detail(run_dir: Path, prompt_id: str) -> PromptDetail:
         raws.append(RawBody(int(a.get("attempt") or 0), name, data, is_json))
     response = next((r for r in run.read_responses() if r["prompt_id"] == prompt_id), None)
     status = run.reconcile([prompt_id], repair=False).statuses[prompt_id]
-    return PromptDetail(prompt_id, status.state, status.attempts, status.last_error, body, sha,
-                        sha_ok, attempts, tuple(raws), response)
+    return PromptDetail(
+        prompt_id,
+        status.state,
+        status.attempts,
+        status.last_error,
+        body,
+        sha,
+        sha_ok,
+        attempts,
+        tuple(raws),
+        response,
+    )
 
 
 # -- resuming a run from its manifest ------------------------------------------------------------
@@ -240,19 +272,24 @@ def resume_config(run_dir: Path, release_dir: Path, **overrides: Any) -> LiveRun
     contract = manifest.get("generation_contract") or {}
     selection = manifest.get("selection") or {}
     fields: dict[str, Any] = dict(
-        release_dir=Path(release_dir), output_dir=Path(run_dir), provider=provider,
-        model=manifest.get("model") or "", base_url=base_url,
+        release_dir=Path(release_dir),
+        output_dir=Path(run_dir),
+        provider=provider,
+        model=manifest.get("model") or "",
+        base_url=base_url,
         no_auth=manifest.get("credential_source") == "none" and preset.needs_credential,
-        temperature=contract.get("temperature") if contract.get("temperature") is not None
-        else 0.0,
+        temperature=contract.get("temperature") if contract.get("temperature") is not None else 0.0,
         omit_temperature=contract.get("temperature") is None,
         top_p=contract.get("top_p") if contract.get("top_p") is not None else 1.0,
         omit_top_p=contract.get("top_p") is None,
         max_output_tokens=contract.get("max_output_tokens", 2048),
         max_output_field=contract.get("max_output_field"),
-        seed=contract.get("seed"), extra_body=contract.get("extra_body") or {},
-        split=selection.get("split"), limit=selection.get("limit"),
-        prompt_ids=tuple(selection["prompt_ids_filter"]) if selection.get("prompt_ids_filter")
+        seed=contract.get("seed"),
+        extra_body=contract.get("extra_body") or {},
+        split=selection.get("split"),
+        limit=selection.get("limit"),
+        prompt_ids=tuple(selection["prompt_ids_filter"])
+        if selection.get("prompt_ids_filter")
         else None,
         resume=True,
     )
@@ -271,11 +308,15 @@ class _SelectedRun(LiveRun):
             raise ConfigError(f"the run has no prompt {unknown[0]!r}")
 
 
-async def resend_async(config: LiveRunConfig, only: Iterable[str] | None = None, *,
-                       transport: httpx.AsyncBaseTransport | None = None,
-                       progress: ProgressCallback | None = None,
-                       control: RunControl | None = None,
-                       env: dict[str, str] | None = None) -> RunResult:
+async def resend_async(
+    config: LiveRunConfig,
+    only: Iterable[str] | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    progress: ProgressCallback | None = None,
+    control: RunControl | None = None,
+    env: dict[str, str] | None = None,
+) -> RunResult:
     """Run or resume like `run_live_model_async`; with `only`, send no prompt outside it.
 
     The selection (and so the run's identity) stays the run directory's; `only` narrows what
@@ -284,8 +325,9 @@ async def resend_async(config: LiveRunConfig, only: Iterable[str] | None = None,
     if only is None:
         run = LiveRun(config, transport=transport, progress=progress, control=control, env=env)
     else:
-        run = _SelectedRun(config, only, transport=transport, progress=progress,
-                           control=control, env=env)
+        run = _SelectedRun(
+            config, only, transport=transport, progress=progress, control=control, env=env
+        )
     return await run.run()
 
 
@@ -310,8 +352,9 @@ def in_retry_queue(row: PromptRow) -> bool:
     A prompt stays in the queue through its retries until it succeeds, so a queue that is
     redrawn often does not churn as prompts go from waiting to in flight and back.
     """
-    return row.state in QUEUE_STATES or (row.state in (PromptState.IN_FLIGHT, PromptState.SAVING)
-                                         and row.error is not None)
+    return row.state in QUEUE_STATES or (
+        row.state in (PromptState.IN_FLIGHT, PromptState.SAVING) and row.error is not None
+    )
 
 
 @dataclass
@@ -351,16 +394,25 @@ class RunProgress:
             self._dirty[prompt_id] = None
         return row
 
-    def set_state(self, prompt_id: str, state: str, attempt: int = 0,
-                  error: str | None = None, next_attempt_at: float | None = None,
-                  note: str | None = None) -> None:
+    def set_state(
+        self,
+        prompt_id: str,
+        state: str,
+        attempt: int = 0,
+        error: str | None = None,
+        next_attempt_at: float | None = None,
+        note: str | None = None,
+    ) -> None:
         row = self._row(prompt_id)
         row.note = note if state == PromptState.SUCCESS else None
         if row.state != state:
             self.counts[row.state] -= 1
             self.counts[state] += 1
             if state in (PromptState.SUCCESS, PromptState.ERROR) and row.state in (
-                    PromptState.IN_FLIGHT, PromptState.SAVING, PromptState.RETRYING):
+                PromptState.IN_FLIGHT,
+                PromptState.SAVING,
+                PromptState.RETRYING,
+            ):
                 self.finished_prompts += 1
         row.state, row.attempt = state, attempt
         kept = error is not None or state in (PromptState.SUCCESS, PromptState.PENDING)
@@ -371,8 +423,14 @@ class RunProgress:
     def apply(self, event: Event) -> None:
         """The progress callback: fold one engine event in."""
         if isinstance(event, PromptStateChanged):
-            self.set_state(event.prompt_id, event.state, event.attempt, event.error,
-                           event.next_attempt_at, event.note)
+            self.set_state(
+                event.prompt_id,
+                event.state,
+                event.attempt,
+                event.error,
+                event.next_attempt_at,
+                event.note,
+            )
         elif isinstance(event, AttemptFinished):
             self.requests += 1
             total = (event.usage or {}).get("total_tokens")
@@ -380,8 +438,11 @@ class RunProgress:
                 self.tokens += total
         elif isinstance(event, RunStarted):
             self.run_dir, self.provider, self.model = event.run_dir, event.provider, event.model
-            self.selected, self.to_send, self.skipped = (event.selected, event.to_send,
-                                                         event.skipped)
+            self.selected, self.to_send, self.skipped = (
+                event.selected,
+                event.to_send,
+                event.skipped,
+            )
             self.started_at, self.finished_at, self.summary = self.clock(), None, None
             self.requests = self.finished_prompts = self.tokens = 0
             self.paused_seconds, self.paused_since = 0.0, None
@@ -454,16 +515,20 @@ class RunProgress:
         return [r for r in self.rows.values() if in_retry_queue(r)]
 
     @classmethod
-    def from_run_dir(cls, run_dir: Path, *, clock: Callable[[], float] = time.time
-                     ) -> RunProgress:
+    def from_run_dir(cls, run_dir: Path, *, clock: Callable[[], float] = time.time) -> RunProgress:
         """The final (or last known) state of a run that is not running here."""
         run = RunDir(Path(run_dir))
         manifest = run.read_manifest()
         ids = [str(x) for x in manifest.get("selected_prompt_ids") or []]
         rec = run.reconcile(ids, repair=False)
         route = manifest.get("route") or {}
-        progress = cls(clock=clock, run_dir=str(run.path), provider=route.get("provider"),
-                       model=manifest.get("model"), selected=len(ids))
+        progress = cls(
+            clock=clock,
+            run_dir=str(run.path),
+            provider=route.get("provider"),
+            model=manifest.get("model"),
+            selected=len(ids),
+        )
         responses = {r["prompt_id"]: r for r in run.read_responses()}
         for pid in ids:
             s = rec.statuses[pid]

@@ -49,8 +49,11 @@ def build_manifest(plan: Plan, credential_source: str) -> dict[str, Any]:
 def request_record(req: PlannedRequest) -> dict[str, Any]:
     """One line of requests.jsonl: the exact body, the project's hash of its bytes and, on a
     PQID-Bench release, the frozen study's identities of the same request (`study`)."""
-    record: dict[str, Any] = {"prompt_id": req.prompt_id, "request_sha256": req.sha256,
-                              "body": req.body}
+    record: dict[str, Any] = {
+        "prompt_id": req.prompt_id,
+        "request_sha256": req.sha256,
+        "body": req.body,
+    }
     if req.study is not None:
         record["study"] = req.study
     return record
@@ -67,16 +70,24 @@ def refuse_live_resume_of_open_batch(run_dir: RunDir) -> None:
     except (OSError, ValueError, AttributeError):
         phase = "unreadable"
     if phase != "materialised":
-        raise ResumeRefused(f"{run_dir.path} holds an OpenAI batch that is not finished "
-                            f"(phase {phase!r}); resume it with --batch-api so its prompts are "
-                            "not sent (and paid for) twice")
+        raise ResumeRefused(
+            f"{run_dir.path} holds an OpenAI batch that is not finished "
+            f"(phase {phase!r}); resume it with --batch-api so its prompts are "
+            "not sent (and paid for) twice"
+        )
 
 
 class Session:
     """The run directory of one invocation, prepared for sending (`prepare`)."""
 
-    def __init__(self, config: LiveRunConfig, plan: Plan, run_dir: RunDir, *,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: LiveRunConfig,
+        plan: Plan,
+        run_dir: RunDir,
+        *,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.config = config
         self.plan = plan
         self.run_dir = run_dir
@@ -93,8 +104,13 @@ class Session:
         assert self.reconciled is not None, "only after prepare()"
         return self.reconciled.statuses
 
-    def prepare(self, *, only: set[str] | None = None, held: Collection[str] = (),
-                uncertain_held: bool = False) -> list[PlannedRequest]:
+    def prepare(
+        self,
+        *,
+        only: set[str] | None = None,
+        held: Collection[str] = (),
+        uncertain_held: bool = False,
+    ) -> list[PlannedRequest]:
         """Check the output directory, read the credential, create or resume the run dir;
         return the prompts to send, in plan order.
 
@@ -107,13 +123,15 @@ class Session:
         if plan.route.adapter != "oracle" and not c.acknowledge_prompt_export:
             raise ConfigError(
                 "sending prompts to a provider needs --acknowledge-third-party-prompt-export "
-                "(the provider's retention, policy, quota and billing terms apply)")
+                "(the provider's retention, policy, quota and billing terms apply)"
+            )
         # The same refusals as the dry run's plan (engine.run.plan), read-only.
         resuming = check_resumable(plan)
         if resuming and not c.batch_api:
             refuse_live_resume_of_open_batch(self.run_dir)
-        self.credential = resolve_credential(plan.route, c.api_key_file, no_auth=c.no_auth,
-                                             env=self.env)
+        self.credential = resolve_credential(
+            plan.route, c.api_key_file, no_auth=c.no_auth, env=self.env
+        )
         requests = [request_record(r) for r in plan.requests]
         if resuming:
             self.run_dir.ensure_layout()
@@ -124,8 +142,9 @@ class Session:
         if resuming:
             rec = self.run_dir.reconcile(plan.prompt_ids)
         else:  # just created: nothing to read back
-            rec = Reconciled(statuses={pid: PromptStatus(pid, PromptState.PENDING)
-                                       for pid in plan.prompt_ids})
+            rec = Reconciled(
+                statuses={pid: PromptStatus(pid, PromptState.PENDING) for pid in plan.prompt_ids}
+            )
         self.reconciled = rec
         uncertain = [p for p in rec.by_state(PromptState.UNCERTAIN) if only is None or p in only]
         if uncertain and not c.retry_uncertain and not uncertain_held:
@@ -133,14 +152,18 @@ class Session:
                 f"{len(uncertain)} prompt(s) were in flight when an earlier run stopped "
                 f"({', '.join(uncertain[:5])}{', ...' if len(uncertain) > 5 else ''}); the "
                 "provider may have answered them. Pass --retry-uncertain to send them again "
-                "(a possible extra paid draw; the uncertain attempt stays in the history)")
+                "(a possible extra paid draw; the uncertain attempt stays in the history)"
+            )
         to_send = []
         for req in plan.requests:
             if (only is not None and req.prompt_id not in only) or req.prompt_id in held:
                 continue
             state = rec.statuses[req.prompt_id].state
-            if state == PromptState.PENDING or (state == PromptState.ERROR and c.retry_errors) or (
-                    state == PromptState.UNCERTAIN and c.retry_uncertain):
+            if (
+                state == PromptState.PENDING
+                or (state == PromptState.ERROR and c.retry_errors)
+                or (state == PromptState.UNCERTAIN and c.retry_uncertain)
+            ):
                 to_send.append(req)
         if c.max_new is not None:
             to_send = to_send[: c.max_new]

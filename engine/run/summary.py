@@ -38,10 +38,16 @@ def response_note(response: dict[str, Any]) -> str | None:
     return ", ".join(notes) or None
 
 
-def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,
-                  repair: bool = False, prices: PriceTable | None = None,
-                  model: str | None = None, batch: bool = False,
-                  reconciled: Reconciled | None = None) -> dict[str, Any]:
+def summarize_run(
+    run_dir: RunDir,
+    prompt_ids: tuple[str, ...] | list[str],
+    *,
+    repair: bool = False,
+    prices: PriceTable | None = None,
+    model: str | None = None,
+    batch: bool = False,
+    reconciled: Reconciled | None = None,
+) -> dict[str, Any]:
     """Counts over the selected prompts, read back from the run directory. A live run that
     has just drained its writes passes the states it wrote (`reconciled`) instead of reading
     every record back."""
@@ -62,8 +68,10 @@ def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,
     return {
         "run_dir": str(run_dir.path),
         "selected": len(prompt_ids),
-        "success": counts[PromptState.SUCCESS], "error": counts[PromptState.ERROR],
-        "pending": counts[PromptState.PENDING], "uncertain": counts[PromptState.UNCERTAIN],
+        "success": counts[PromptState.SUCCESS],
+        "error": counts[PromptState.ERROR],
+        "pending": counts[PromptState.PENDING],
+        "uncertain": counts[PromptState.UNCERTAIN],
         "complete": counts[PromptState.SUCCESS] + counts[PromptState.ERROR] == len(prompt_ids),
         "total_attempts": len(attempts),
         "empty_responses": sum(1 for r in responses if not (r.get("content") or "").strip()),
@@ -71,40 +79,60 @@ def summarize_run(run_dir: RunDir, prompt_ids: tuple[str, ...] | list[str], *,
         "finish_reasons": dict(sorted(finish.items())),
         "returned_models": dict(sorted(models.items())),
         "model_checks": dict(sorted(checks.items())),
-        "redirected_prompts": sorted(r["prompt_id"] for r in responses
-                                     if r.get("model_redirected")),
-        "truncated_prompts": sorted(r["prompt_id"] for r in responses
-                                    if r.get("finish_reason") == "length"),
-        "empty_prompts": sorted(r["prompt_id"] for r in responses
-                                if not (r.get("content") or "").strip()),
+        "redirected_prompts": sorted(
+            r["prompt_id"] for r in responses if r.get("model_redirected")
+        ),
+        "truncated_prompts": sorted(
+            r["prompt_id"] for r in responses if r.get("finish_reason") == "length"
+        ),
+        "empty_prompts": sorted(
+            r["prompt_id"] for r in responses if not (r.get("content") or "").strip()
+        ),
         "usage": dict(usage),
         "cost": spent(prices, str(requested), dict(usage), batch=batch) if requested else None,
-        "errors": {pid: s.last_error for pid, s in rec.statuses.items()
-                   if s.state == PromptState.ERROR},
+        "errors": {
+            pid: s.last_error for pid, s in rec.statuses.items() if s.state == PromptState.ERROR
+        },
         "updated_at_utc": utc_now(),
     }
 
 
-def invocation_summary(config: LiveRunConfig, run_dir: RunDir, prompt_ids: tuple[str, ...],
-                       tally: Tally, *, stopped: bool, reconciled: Reconciled | None = None,
-                       rate_control: dict[str, Any] | None = None,
-                       durable_writes: dict[str, Any] | None = None,
-                       send_path: dict[str, Any] | None = None) -> dict[str, Any]:
+def invocation_summary(
+    config: LiveRunConfig,
+    run_dir: RunDir,
+    prompt_ids: tuple[str, ...],
+    tally: Tally,
+    *,
+    stopped: bool,
+    reconciled: Reconciled | None = None,
+    rate_control: dict[str, Any] | None = None,
+    durable_writes: dict[str, Any] | None = None,
+    send_path: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The run's counts plus what this invocation did and how its sending went (the summary
     before a sending strategy adds its own part and writes it)."""
     try:
         prices = load_prices(config.prices_path)
     except ConfigError:
         prices = None
-    summary = summarize_run(run_dir, prompt_ids, repair=False, prices=prices,
-                            model=config.model, batch=config.batch_api, reconciled=reconciled)
-    summary.update({
-        "attempted": len(tally.attempted_prompts),
-        "requests_sent": tally.attempts,
-        "skipped": len(prompt_ids) - len(tally.attempted_prompts),
-        "stopped": stopped,
-        "elapsed_seconds": round(time.time() - tally.started, 3),
-    })
+    summary = summarize_run(
+        run_dir,
+        prompt_ids,
+        repair=False,
+        prices=prices,
+        model=config.model,
+        batch=config.batch_api,
+        reconciled=reconciled,
+    )
+    summary.update(
+        {
+            "attempted": len(tally.attempted_prompts),
+            "requests_sent": tally.attempts,
+            "skipped": len(prompt_ids) - len(tally.attempted_prompts),
+            "stopped": stopped,
+            "elapsed_seconds": round(time.time() - tally.started, 3),
+        }
+    )
     summary["rate_control"] = rate_control
     summary["durable_writes"] = durable_writes
     summary["send_path"] = send_path

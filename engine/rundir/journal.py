@@ -75,8 +75,9 @@ def _libc_function(name: str, *argtypes: Any) -> Callable[..., int] | None:
 _SYNCFS = _libc_function("syncfs", ctypes.c_int)
 # renameat2: RENAME_EXCHANGE swaps two names atomically (the displaced file is kept, not
 # freed); RENAME_NOREPLACE installs a new name in one call when nothing is there yet.
-_RENAMEAT2 = _libc_function("renameat2", ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
-                            ctypes.c_char_p, ctypes.c_uint)
+_RENAMEAT2 = _libc_function(
+    "renameat2", ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint
+)
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
@@ -200,8 +201,9 @@ class Flusher:
         os.close(self._anchor)
 
 
-def _settle(batch: list[tuple[asyncio.Future[Span], Sequence[int]]],
-            failure: OSError | None, span: Span) -> None:
+def _settle(
+    batch: list[tuple[asyncio.Future[Span], Sequence[int]]], failure: OSError | None, span: Span
+) -> None:
     for done, _ in batch:
         if done.done():
             continue
@@ -375,7 +377,8 @@ class Journal:
         fd = self._append_fds.get(path)
         if fd is None:
             fd = self._append_fds[path] = os.open(
-                path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
+            )
         return fd
 
     def _write_temporary(self, path: Path, data: bytes) -> tuple[str, int]:
@@ -406,8 +409,7 @@ class Journal:
             exchange = target in self._installed
             for _ in range(3):  # the target may come and go between tries
                 flags = _RENAME_EXCHANGE if exchange else _RENAME_NOREPLACE
-                if rename2(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(target),
-                           flags) == 0:
+                if rename2(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(target), flags) == 0:
                     self._installed.add(target)
                     if exchange:
                         self.exchanged += 1
@@ -457,8 +459,12 @@ class Journal:
         try:
             try:
                 flusher = self._flusher
-                if started < 0 or flusher is None or _SYNCFS is None or \
-                        flusher.completed < started + 1:
+                if (
+                    started < 0
+                    or flusher is None
+                    or _SYNCFS is None
+                    or flusher.completed < started + 1
+                ):
                     await self._wait_for_flush([fd])
                 else:
                     self.prepared_used += 1
@@ -539,8 +545,7 @@ class Journal:
         now = time.perf_counter()
         until = now + BACKLOG_SLICE
         while self._backlog:
-            if self._backlog[0][0] + LAZY_SECONDS > now and (
-                    self._records_waiting or now >= until):
+            if self._backlog[0][0] + LAZY_SECONDS > now and (self._records_waiting or now >= until):
                 break
             self._run_one()
             now = time.perf_counter()
@@ -562,8 +567,9 @@ class Journal:
             self._run_one()
 
     # -- after an answer ----------------------------------------------------------------------
-    def commit_later(self, group: Group, on_durable: Callable[[], None] | None = None
-                     ) -> asyncio.Task[None]:
+    def commit_later(
+        self, group: Group, on_durable: Callable[[], None] | None = None
+    ) -> asyncio.Task[None]:
         """Write `group` in its order in the background; `on_durable` runs once its logs are
         on disk. Await the returned task to order a later write after this one."""
         task = asyncio.get_running_loop().create_task(self._commit(group, on_durable))
@@ -657,28 +663,36 @@ class Journal:
         def ms(seconds: float) -> float:
             return round(seconds * 1000, 3)
 
-        return {"flushes": flushes,
-                "flush": "syncfs" if _SYNCFS is not None else "fsync per file",
-                "flush_ms": _percentiles(durations, ms),
-                "flush_busy_s": round(sum(durations), 3),
-                "in_flight_records": waits,
-                "in_flight_records_written_ahead": self.prepared_used,
-                "files_made_on_the_loop": self.created_on_loop,
-                "temporaries_removed_at_close": self.left_at_close,
-                "mean_wait_ms": ms(self.record_wait_seconds / waits) if waits else None,
-                "mean_wait_split_ms": {k: ms(v / waits) for k, v in
-                                       self.record_wait_parts.items()} if waits else None}
+        return {
+            "flushes": flushes,
+            "flush": "syncfs" if _SYNCFS is not None else "fsync per file",
+            "flush_ms": _percentiles(durations, ms),
+            "flush_busy_s": round(sum(durations), 3),
+            "in_flight_records": waits,
+            "in_flight_records_written_ahead": self.prepared_used,
+            "files_made_on_the_loop": self.created_on_loop,
+            "temporaries_removed_at_close": self.left_at_close,
+            "mean_wait_ms": ms(self.record_wait_seconds / waits) if waits else None,
+            "mean_wait_split_ms": {k: ms(v / waits) for k, v in self.record_wait_parts.items()}
+            if waits
+            else None,
+        }
 
 
-def _percentiles(values: Sequence[float], unit: Callable[[float], float]
-                 ) -> dict[str, float] | None:
+def _percentiles(
+    values: Sequence[float], unit: Callable[[float], float]
+) -> dict[str, float] | None:
     """Mean and percentiles of sorted `values`, each passed through `unit`."""
     if not values:
         return None
     n = len(values)
-    return {"mean": unit(sum(values) / n), "p50": unit(values[n // 2]),
-            "p90": unit(values[min(n - 1, n * 9 // 10)]),
-            "p99": unit(values[min(n - 1, n * 99 // 100)]), "max": unit(values[-1])}
+    return {
+        "mean": unit(sum(values) / n),
+        "p50": unit(values[n // 2]),
+        "p90": unit(values[min(n - 1, n * 9 // 10)]),
+        "p99": unit(values[min(n - 1, n * 99 // 100)]),
+        "max": unit(values[-1]),
+    }
 
 
 __all__ = ["Flusher", "Group", "Journal", "Prepared"]

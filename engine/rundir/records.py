@@ -86,8 +86,9 @@ class RunDir:
         self.write_requests(requests)
 
     def write_requests(self, requests: list[dict[str, Any]]) -> None:
-        atomic_write_bytes(self.requests_path,
-                           b"".join(canonical_json(r) + b"\n" for r in requests))
+        atomic_write_bytes(
+            self.requests_path, b"".join(canonical_json(r) + b"\n" for r in requests)
+        )
 
     def ensure_layout(self) -> None:
         self.records_dir.mkdir(exist_ok=True)
@@ -97,8 +98,10 @@ class RunDir:
         try:
             data = json.loads(self.manifest_path.read_bytes())
         except FileNotFoundError:
-            raise ResumeRefused(f"{self.path}: not a run directory (no {MANIFEST}); choose an "
-                                "empty or new --output-dir") from None
+            raise ResumeRefused(
+                f"{self.path}: not a run directory (no {MANIFEST}); choose an "
+                "empty or new --output-dir"
+            ) from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ResumeRefused(f"{self.manifest_path}: not valid JSON ({exc})") from None
         if not isinstance(data, dict) or data.get("format") != RUN_FORMAT:
@@ -126,16 +129,21 @@ class RunDir:
         except FileNotFoundError:
             return None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(f"{path}: corrupt record ({exc}); it was not written by pqid-tui's "
-                             "atomic writer. Move it aside and resume with --retry-uncertain "
-                             "to resend that prompt") from None
+            raise InputError(
+                f"{path}: corrupt record ({exc}); it was not written by pqid-tui's "
+                "atomic writer. Move it aside and resume with --retry-uncertain "
+                "to resend that prompt"
+            ) from None
         if not isinstance(data, dict) or data.get("prompt_id") != prompt_id:
             raise InputError(f"{path}: record does not belong to prompt {prompt_id!r}")
         if data.get("state") not in (IN_FLIGHT, RETRY_WAIT, SUCCESS, ERROR) or not all(
-                isinstance(data.get(k, 0), int) and not isinstance(data.get(k, 0), bool)
-                for k in ("attempt", "attempts")):
-            raise InputError(f"{path}: not a record pqid-tui wrote (unknown state or attempt "
-                             "count); move it aside and resume with --retry-uncertain")
+            isinstance(data.get(k, 0), int) and not isinstance(data.get(k, 0), bool)
+            for k in ("attempt", "attempts")
+        ):
+            raise InputError(
+                f"{path}: not a record pqid-tui wrote (unknown state or attempt "
+                "count); move it aside and resume with --retry-uncertain"
+            )
         return data
 
     # -- append-only logs ----------------------------------------------------------------------
@@ -180,8 +188,9 @@ class RunDir:
         atomic_write_json(self.summary_path, summary)
 
     # -- resume ----------------------------------------------------------------------------------
-    def reconcile(self, prompt_ids: list[str] | tuple[str, ...], *,
-                  repair: bool = True) -> Reconciled:
+    def reconcile(
+        self, prompt_ids: list[str] | tuple[str, ...], *, repair: bool = True
+    ) -> Reconciled:
         """Read the run back after any crash and say where each prompt stands.
 
         An append that a crash cut short is removed first. A record still `in_flight` is
@@ -213,12 +222,19 @@ class RunDir:
             # leaves a success whose attempt is missing from the history. Put it back.
             if (pid, resp.get("attempt")) not in logged_keys and repair:
                 recovered = {
-                    "prompt_id": pid, "attempt": resp.get("attempt"),
-                    "started_at_utc": None, "finished_at_utc": resp.get("created_at_utc"),
-                    "latency_ms": resp.get("latency_ms"), "status": resp.get("http_status"),
-                    "error_class": None, "error": None, "decision": "success",
-                    "request_sha256": resp.get("request_sha256"), "raw": resp.get("raw"),
-                    "recovered": True}
+                    "prompt_id": pid,
+                    "attempt": resp.get("attempt"),
+                    "started_at_utc": None,
+                    "finished_at_utc": resp.get("created_at_utc"),
+                    "latency_ms": resp.get("latency_ms"),
+                    "status": resp.get("http_status"),
+                    "error_class": None,
+                    "error": None,
+                    "decision": "success",
+                    "request_sha256": resp.get("request_sha256"),
+                    "raw": resp.get("raw"),
+                    "recovered": True,
+                }
                 self.append_attempt(recovered)
                 attempts.append(recovered)
                 out.repaired.append(f"attempt {resp.get('attempt')} of {pid}")
@@ -226,24 +242,32 @@ class RunDir:
         for obj in attempts:
             pid = obj["prompt_id"]
             if pid not in last_attempt or obj.get("attempt", 0) >= last_attempt[pid].get(
-                    "attempt", 0):
+                "attempt", 0
+            ):
                 last_attempt[pid] = obj
         for pid in prompt_ids:
             record = self.read_record(pid)
             logged = last_attempt.get(pid)
-            n_attempts = max(int(record.get("attempts", 0)) if record else 0,
-                             int(logged.get("attempt", 0)) if logged else 0)
+            n_attempts = max(
+                int(record.get("attempts", 0)) if record else 0,
+                int(logged.get("attempt", 0)) if logged else 0,
+            )
             last_error = record.get("last_error") if record else None
             if pid in responses:
                 state = PromptState.SUCCESS
                 if repair and (record is None or record.get("state") != SUCCESS):
                     # Killed after the response line, before the record said so: settle it.
                     resp = responses[pid]
-                    record = {"prompt_id": pid, "state": SUCCESS,
-                              "attempt": resp.get("attempt", n_attempts),
-                              "attempts": n_attempts, "request_sha256":
-                              resp.get("request_sha256"), "last_error": None,
-                              "finish_reason": resp.get("finish_reason"), "recovered": True}
+                    record = {
+                        "prompt_id": pid,
+                        "state": SUCCESS,
+                        "attempt": resp.get("attempt", n_attempts),
+                        "attempts": n_attempts,
+                        "request_sha256": resp.get("request_sha256"),
+                        "last_error": None,
+                        "finish_reason": resp.get("finish_reason"),
+                        "recovered": True,
+                    }
                     self.write_record(record)
                     out.repaired.append(f"record of {pid}")
             elif record is None:
@@ -257,7 +281,8 @@ class RunDir:
             elif record["state"] == RETRY_WAIT:
                 state = PromptState.PENDING
             elif logged is not None and int(logged.get("attempt", 0)) >= int(
-                    record.get("attempt", 0)):
+                record.get("attempt", 0)
+            ):
                 decision = logged.get("decision")
                 state = PromptState.ERROR if decision == "terminal" else PromptState.PENDING
                 last_error = logged.get("error") or last_error
@@ -291,4 +316,5 @@ def check_same_contract(existing: dict[str, Any], new: dict[str, Any]) -> None:
             raise ResumeRefused(
                 f"cannot resume: the {label} differs from the run directory's manifest "
                 f"(run dir: {shown_a}; now: {shown_b}). One run directory is one contract: "
-                "use a new --output-dir for a different run")
+                "use a new --output-dir for a different run"
+            )

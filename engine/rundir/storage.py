@@ -136,8 +136,14 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_file_bytes(path: Path, error: type[Exception], *, missing: str = "file is missing",
-                    what: str = "", directory: str | None = None) -> bytes:
+def read_file_bytes(
+    path: Path,
+    error: type[Exception],
+    *,
+    missing: str = "file is missing",
+    what: str = "",
+    directory: str | None = None,
+) -> bytes:
     """The bytes of a file that must exist, or `error` naming it: `missing` when it does not
     exist, `directory` (when given) when it is a directory, else why it cannot be read (`what`
     names the file in that message)."""
@@ -151,9 +157,16 @@ def read_file_bytes(path: Path, error: type[Exception], *, missing: str = "file 
         raise error(f"{path}: cannot read{' ' + what if what else ''} ({exc.strerror})") from None
 
 
-def iter_jsonl_objects(path: Path, error: type[Exception], *, missing: str = "file is missing",
-                       what: str = "", directory: str | None = None, brief: bool = False,
-                       suffix: str = "") -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_jsonl_objects(
+    path: Path,
+    error: type[Exception],
+    *,
+    missing: str = "file is missing",
+    what: str = "",
+    directory: str | None = None,
+    brief: bool = False,
+    suffix: str = "",
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every line of a file that must be whole, line by line: a
     missing file, a line that is not JSON or not an object is `error`, naming the file and the
     line. `missing`, `what` and `directory` are as in `read_file_bytes`; `brief` gives only the
@@ -174,9 +187,9 @@ def iter_jsonl_objects(path: Path, error: type[Exception], *, missing: str = "fi
         yield number, obj
 
 
-def read_jsonl_objects(path: Path, error: type[Exception], *,
-                       missing: str = "file is missing", what: str = ""
-                       ) -> list[tuple[int, dict[str, Any]]]:
+def read_jsonl_objects(
+    path: Path, error: type[Exception], *, missing: str = "file is missing", what: str = ""
+) -> list[tuple[int, dict[str, Any]]]:
     """`iter_jsonl_objects` read to the end first: every line is checked before any is used."""
     return list(iter_jsonl_objects(path, error, missing=missing, what=what))
 
@@ -189,8 +202,9 @@ def parse_json_bytes(raw: bytes, path: Path, error: type[Exception], *, what: st
         raise error(f"{path}: {what + ' is ' if what else ''}not valid JSON ({exc})") from None
 
 
-def read_json_file(path: Path, error: type[Exception], *, what: str = "",
-                   missing: str = "file is missing") -> Any:
+def read_json_file(
+    path: Path, error: type[Exception], *, what: str = "", missing: str = "file is missing"
+) -> Any:
     """A whole JSON file, or `error` naming the file: `missing` when it does not exist, else
     why it cannot be read or parsed (`what` names the file in those messages)."""
     raw = read_file_bytes(path, error, missing=missing, what=what)
@@ -199,5 +213,6 @@ def read_json_file(path: Path, error: type[Exception], *, what: str = "",
 
 def jsonl_bytes(objects: Iterable[Any]) -> bytes:
     """JSON lines as the evaluations files hold them: sorted keys, UTF-8, one per line."""
-    return b"".join(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode() + b"\n"
-                    for obj in objects)
+    return b"".join(
+        json.dumps(obj, sort_keys=True, ensure_ascii=False).encode() + b"\n" for obj in objects
+    )

@@ -53,8 +53,9 @@ class NetworkSender:
     """Real endpoints: one aiohttp session, at most `connections` open connections, no
     redirects followed, no cookies kept, no proxy or credentials taken from the environment."""
 
-    def __init__(self, *, connections: int, timeout_seconds: float,
-                 connect_timeout_seconds: float) -> None:
+    def __init__(
+        self, *, connections: int, timeout_seconds: float, connect_timeout_seconds: float
+    ) -> None:
         import aiohttp  # noqa: F401 - now, not on the first request (it takes ~0.2 s)
 
         self._connections = connections
@@ -65,13 +66,19 @@ class NetworkSender:
     def _open(self) -> aiohttp.ClientSession:
         import aiohttp
 
-        connector = aiohttp.TCPConnector(limit=self._connections, limit_per_host=0,
-                                         keepalive_timeout=30.0)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout,
-                                        sock_read=self._timeout_seconds)
-        return aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False,
-                                     cookie_jar=aiohttp.DummyCookieJar(),
-                                     auto_decompress=True)
+        connector = aiohttp.TCPConnector(
+            limit=self._connections, limit_per_host=0, keepalive_timeout=30.0
+        )
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self._connect_timeout, sock_read=self._timeout_seconds
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=True,
+        )
 
     async def post(self, url: str, body: bytes, headers: dict[str, str]) -> WireResponse:
         import aiohttp
@@ -79,8 +86,9 @@ class NetworkSender:
         if self._session is None:
             self._session = self._open()
         try:
-            async with self._session.post(url, data=body, headers=headers,
-                                          allow_redirects=False) as response:
+            async with self._session.post(
+                url, data=body, headers=headers, allow_redirects=False
+            ) as response:
                 data = await response.read()
                 return WireResponse(response.status, _lower(response.headers.items()), data)
         except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as exc:
@@ -98,15 +106,20 @@ class NetworkSender:
 class TransportSender:
     """An `httpx.AsyncBaseTransport` in place of the network (tests, the oracle route)."""
 
-    def __init__(self, transport: httpx.AsyncBaseTransport, *, timeout_seconds: float,
-                 connect_timeout_seconds: float) -> None:
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport,
+        *,
+        timeout_seconds: float,
+        connect_timeout_seconds: float,
+    ) -> None:
         self._transport = transport
-        self._timeout = httpx.Timeout(timeout_seconds,
-                                      connect=connect_timeout_seconds).as_dict()
+        self._timeout = httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds).as_dict()
 
     async def post(self, url: str, body: bytes, headers: dict[str, str]) -> WireResponse:
-        request = httpx.Request("POST", url, content=body, headers=headers,
-                                extensions={"timeout": self._timeout})
+        request = httpx.Request(
+            "POST", url, content=body, headers=headers, extensions={"timeout": self._timeout}
+        )
         try:
             response = await self._transport.handle_async_request(request)
             try:
@@ -123,5 +136,11 @@ class TransportSender:
         return None
 
 
-__all__ = ["NetworkSender", "SendFailed", "SendTimeout", "Sender", "TransportSender",
-           "WireResponse"]
+__all__ = [
+    "NetworkSender",
+    "SendFailed",
+    "SendTimeout",
+    "Sender",
+    "TransportSender",
+    "WireResponse",
+]

@@ -21,26 +21,45 @@ def default_release_dir() -> str:
     return str(DEMO_RELEASE_DIR)
 
 
-def add_evaluator_arguments(p: Any, *, base_image_help: str, wheelhouse_help: str,
-                            results: str) -> None:
+def add_evaluator_arguments(
+    p: Any, *, base_image_help: str, wheelhouse_help: str, results: str
+) -> None:
     """The flags of every command that runs the evaluator container (replay, rescore):
     the image, the per-response time limit, the environment and release checks, progress,
     and the code-execution acknowledgement. `results` names what those commands write."""
-    p.add_argument("--build-image", action="store_true",
-                   help="build the evaluator image when it does not exist yet")
+    p.add_argument(
+        "--build-image",
+        action="store_true",
+        help="build the evaluator image when it does not exist yet",
+    )
     p.add_argument("--base-image", metavar="IMAGE", help=base_image_help)
     p.add_argument("--wheelhouse", type=Path, metavar="DIR", help=wheelhouse_help)
-    p.add_argument("--timeout-seconds", type=float, default=20.0, metavar="N",
-                   help="time limit for each response's execution (default 20)")
-    p.add_argument("--allow-environment-mismatch", action="store_true",
-                   help="score even when the base image's Python is not the release's pinned "
-                        f"one (the {results} then says environment_matches_release: false)")
-    p.add_argument("--allow-modified-release", action="store_true",
-                   help="use a release whose SHA-256 checks fail (stamped modified)")
+    p.add_argument(
+        "--timeout-seconds",
+        type=float,
+        default=20.0,
+        metavar="N",
+        help="time limit for each response's execution (default 20)",
+    )
+    p.add_argument(
+        "--allow-environment-mismatch",
+        action="store_true",
+        help="score even when the base image's Python is not the release's pinned "
+        f"one (the {results} then says environment_matches_release: false)",
+    )
+    p.add_argument(
+        "--allow-modified-release",
+        action="store_true",
+        help="use a release whose SHA-256 checks fail (stamped modified)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--acknowledge-code-execution", action="store_true", dest="acknowledge",
-                   help="required: the responses are untrusted code and will be executed "
-                        "(inside the container)")
+    p.add_argument(
+        "--acknowledge-code-execution",
+        action="store_true",
+        dest="acknowledge",
+        help="required: the responses are untrusted code and will be executed "
+        "(inside the container)",
+    )
 
 
 def run_evaluator(call: Callable[[], T]) -> T | int:
@@ -63,11 +82,19 @@ def run_evaluator(call: Callable[[], T]) -> T | int:
 def add_table_arguments(p: Any, formats: Sequence[str], *, what: str) -> None:
     """The flags of the commands that print a release's tables (compare, reproduce): where a
     .zip release goes, the format, and the file that takes the `what` instead of stdout."""
-    p.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help="where a .zip release is extracted (default: the user cache dir)")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="where a .zip release is extracted (default: the user cache dir)",
+    )
     p.add_argument("--format", choices=formats, default="text")
-    p.add_argument("--output", type=Path, metavar="FILE",
-                   help=f"write the {what} here instead of standard output")
+    p.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help=f"write the {what} here instead of standard output",
+    )
 
 
 def load_table_release(args: argparse.Namespace) -> Release:
@@ -75,8 +102,11 @@ def load_table_release(args: argparse.Namespace) -> Release:
     --allow-modified-release."""
     from engine.release import load_release
 
-    return load_release(Path(args.release_dir or default_release_dir()),
-                        allow_modified=args.allow_modified_release, cache_dir=args.cache_dir)
+    return load_release(
+        Path(args.release_dir or default_release_dir()),
+        allow_modified=args.allow_modified_release,
+        cache_dir=args.cache_dir,
+    )
 
 
 def write_output(path: Path, text: str) -> None:

@@ -25,25 +25,48 @@ LOCAL_WHEELHOUSE = Path(".ci/wheelhouse")
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
-        "demo", help="oracle run, Docker replay and comparison on the bundled demo release",
+        "demo",
+        help="oracle run, Docker replay and comparison on the bundled demo release",
         description="Run the whole pipeline on the bundled demo release (or --release-dir) "
-                    "with the oracle route: no credential, no provider. Resumes an existing "
-                    "--output-dir.")
-    p.add_argument("--output-dir", type=Path, default=Path("runs/demo"),
-                   help="run directory (default runs/demo)")
-    p.add_argument("--release-dir", type=Path, default=None,
-                   help="release directory (default: the bundled demo release)")
-    p.add_argument("--base-image", default=None,
-                   help=f"evaluator base image (default: {LOCAL_BASE_IMAGE} when it exists "
-                        "locally, as made by .ci/base-image; else the Dockerfile's default)")
-    p.add_argument("--wheelhouse", type=Path, default=None,
-                   help=f"offline wheels for the image (default: {LOCAL_WHEELHOUSE} when it "
-                        "holds wheels)")
-    p.add_argument("--format", choices=COMPARE_FORMATS, default="text",
-                   help="comparison format on stdout (default text)")
-    p.add_argument("--split", default="test",
-                   help="compare on this split (default test, the publishable denominator; "
-                        "'all' compares every prompt and is marked not publishable)")
+        "with the oracle route: no credential, no provider. Resumes an existing "
+        "--output-dir.",
+    )
+    p.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("runs/demo"),
+        help="run directory (default runs/demo)",
+    )
+    p.add_argument(
+        "--release-dir",
+        type=Path,
+        default=None,
+        help="release directory (default: the bundled demo release)",
+    )
+    p.add_argument(
+        "--base-image",
+        default=None,
+        help=f"evaluator base image (default: {LOCAL_BASE_IMAGE} when it exists "
+        "locally, as made by .ci/base-image; else the Dockerfile's default)",
+    )
+    p.add_argument(
+        "--wheelhouse",
+        type=Path,
+        default=None,
+        help=f"offline wheels for the image (default: {LOCAL_WHEELHOUSE} when it holds wheels)",
+    )
+    p.add_argument(
+        "--format",
+        choices=COMPARE_FORMATS,
+        default="text",
+        help="comparison format on stdout (default text)",
+    )
+    p.add_argument(
+        "--split",
+        default="test",
+        help="compare on this split (default test, the publishable denominator; "
+        "'all' compares every prompt and is marked not publishable)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(handler=run)
 
@@ -70,13 +93,22 @@ def run(args: argparse.Namespace) -> int:
     release_dir = args.release_dir or DEMO_RELEASE_DIR
     out: Path = args.output_dir
     resume = (out / MANIFEST).exists()
-    say: Callable[[str], None] = (lambda text: None) if args.quiet else (
-        lambda text: print(text, file=sys.stderr, flush=True))
+    say: Callable[[str], None] = (
+        (lambda text: None)
+        if args.quiet
+        else (lambda text: print(text, file=sys.stderr, flush=True))
+    )
     say(f"1/3 oracle run -> {out}")
     summary = run_live_model(
-        make_config(release_dir=release_dir, output_dir=out, provider="oracle",
-                    model="reference", resume=resume),
-        progress=None if args.quiet else make_progress(sys.stderr)).to_dict()
+        make_config(
+            release_dir=release_dir,
+            output_dir=out,
+            provider="oracle",
+            model="reference",
+            resume=resume,
+        ),
+        progress=None if args.quiet else make_progress(sys.stderr),
+    ).to_dict()
     if summary["success"] != summary["selected"]:
         print(json.dumps(summary, indent=2), file=sys.stderr)
         return 1
@@ -84,16 +116,28 @@ def run(args: argparse.Namespace) -> int:
     wheelhouse = args.wheelhouse
     if wheelhouse is None and LOCAL_WHEELHOUSE.is_dir() and any(LOCAL_WHEELHOUSE.glob("*.whl")):
         wheelhouse = LOCAL_WHEELHOUSE
-    say(f"2/3 replay in Docker (base image {base_image or 'Dockerfile default'}, "
-        f"wheelhouse {wheelhouse or 'none: package index'})")
-    result = replay(release_dir, out / RESPONSES, out / EVALUATION_DIR,
-                    acknowledge_code_execution=True, build_image=True, base_image=base_image,
-                    wheelhouse=wheelhouse, overwrite=True,
-                    progress=None if args.quiet else replay_progress(sys.stderr))
+    say(
+        f"2/3 replay in Docker (base image {base_image or 'Dockerfile default'}, "
+        f"wheelhouse {wheelhouse or 'none: package index'})"
+    )
+    result = replay(
+        release_dir,
+        out / RESPONSES,
+        out / EVALUATION_DIR,
+        acknowledge_code_execution=True,
+        build_image=True,
+        base_image=base_image,
+        wheelhouse=wheelhouse,
+        overwrite=True,
+        progress=None if args.quiet else replay_progress(sys.stderr),
+    )
     evaluations = out / EVALUATION_DIR / EVALUATIONS_FILE
     say("3/3 compare with the frozen matrix")
-    comparison = compare(load_release(release_dir), evaluations,
-                         candidate_manifest=out / MANIFEST,
-                         split=None if args.split == "all" else args.split)
+    comparison = compare(
+        load_release(release_dir),
+        evaluations,
+        candidate_manifest=out / MANIFEST,
+        split=None if args.split == "all" else args.split,
+    )
     print(comparison.render(args.format))
     return 1 if result.summary["categories"].get("not_evaluated") else 0

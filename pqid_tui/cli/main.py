@@ -19,8 +19,9 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         # argparse echoes unexpected arguments; one of them may be a key pasted by mistake.
-        message = SECRET_VALUE_RE.sub("[REDACTED: keys are never read from the command line]",
-                                      message)
+        message = SECRET_VALUE_RE.sub(
+            "[REDACTED: keys are never read from the command line]", message
+        )
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -29,14 +30,23 @@ def batch_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(
         prog="pqid-tui --batch",
-        description="Headless commands. Each prints progress to stderr and its result to stdout.")
+        description="Headless commands. Each prints progress to stderr and its result to stdout.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     run_model.register(sub)
     credentials.register(sub)
     # One module per command; each registers its own subparser.
-    for name in ("replay", "compare", "demo", "verify", "download", "trace", "reproduce",
-                 "rescore"):
+    for name in (
+        "replay",
+        "compare",
+        "demo",
+        "verify",
+        "download",
+        "trace",
+        "reproduce",
+        "rescore",
+    ):
         try:
             module = __import__(f"pqid_tui.cli.{name}", fromlist=["register"])
         except ModuleNotFoundError:
@@ -46,16 +56,28 @@ def batch_parser() -> argparse.ArgumentParser:
 
 
 def app_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pqid-tui", description=(
-        "Operate benchmark runs of Qiskit-writing models: a terminal app, or headless commands "
-        "with --batch (see `pqid-tui --batch --help`)."))
+    parser = _Parser(
+        prog="pqid-tui",
+        description=(
+            "Operate benchmark runs of Qiskit-writing models: a terminal app, or headless commands "
+            "with --batch (see `pqid-tui --batch --help`)."
+        ),
+    )
     parser.add_argument("--version", action="version", version=f"pqid-tui {__version__}")
     parser.add_argument("--release-dir", help="release directory (default: the bundled demo)")
     parser.add_argument("--runs-dir", help="where runs live (default: the user data directory)")
-    parser.add_argument("--base-image", metavar="IMAGE", help="the Replay screen's base image "
-                        "for the evaluator (default: the last one used, else python:3.11-slim)")
-    parser.add_argument("--wheelhouse", metavar="DIR", help="the Replay screen's offline "
-                        "wheelhouse directory (default: the last one used, else none)")
+    parser.add_argument(
+        "--base-image",
+        metavar="IMAGE",
+        help="the Replay screen's base image "
+        "for the evaluator (default: the last one used, else python:3.11-slim)",
+    )
+    parser.add_argument(
+        "--wheelhouse",
+        metavar="DIR",
+        help="the Replay screen's offline "
+        "wheelhouse directory (default: the last one used, else none)",
+    )
     return parser
 
 
@@ -78,8 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             from pqid_tui.app import run_app
         except ModuleNotFoundError:
-            print("pqid-tui: the terminal app is not built yet; use the headless commands: "
-                  "pqid-tui --batch --help", file=sys.stderr)
+            print(
+                "pqid-tui: the terminal app is not built yet; use the headless commands: "
+                "pqid-tui --batch --help",
+                file=sys.stderr,
+            )
             return 2
         return int(run_app(ns))
     except UsageError as exc:

@@ -19,10 +19,22 @@ if TYPE_CHECKING:
     from engine.events import BatchPolled, Event, ReplayFinished, RunStarted
 
 # The states shown on the line, in this order (prompts this invocation sends).
-SHOWN = (PromptState.IN_FLIGHT, PromptState.RETRYING, PromptState.SAVING,
-         PromptState.SUCCESS, PromptState.ERROR, PromptState.UNCERTAIN)
-LABELS = {"in_flight": "sending", "retrying": "retrying", "saving": "saving",
-          "success": "ok", "error": "error", "uncertain": "uncertain"}
+SHOWN = (
+    PromptState.IN_FLIGHT,
+    PromptState.RETRYING,
+    PromptState.SAVING,
+    PromptState.SUCCESS,
+    PromptState.ERROR,
+    PromptState.UNCERTAIN,
+)
+LABELS = {
+    "in_flight": "sending",
+    "retrying": "retrying",
+    "saving": "saving",
+    "success": "ok",
+    "error": "error",
+    "uncertain": "uncertain",
+}
 BAR_WIDTH = 20
 REDRAW_SECONDS = 0.1
 
@@ -40,22 +52,28 @@ def image_line(event: object) -> str | None:
 
 def run_started_line(event: RunStarted) -> str:
     """The first line of a model run: what it selected and sends, and where."""
-    return (f"run {event.provider}/{escape_controls(event.model)}: "
-            f"{event.selected} selected, {event.to_send} to send, "
-            f"{event.skipped} skipped -> {event.run_dir}")
+    return (
+        f"run {event.provider}/{escape_controls(event.model)}: "
+        f"{event.selected} selected, {event.to_send} to send, "
+        f"{event.skipped} skipped -> {event.run_dir}"
+    )
 
 
 def batch_polled_line(event: BatchPolled) -> str:
     """A line per poll of a provider batch."""
-    return (f"batch {escape_controls(event.batch_id)}: {escape_controls(event.status)}"
-            f", {event.completed}/{event.total} done, {event.failed} failed")
+    return (
+        f"batch {escape_controls(event.batch_id)}: {escape_controls(event.status)}"
+        f", {event.completed}/{event.total} done, {event.failed} failed"
+    )
 
 
 def run_finished_line(summary: dict[str, Any], seconds: float) -> str:
     """The last line of a model run: its counts from run-summary.json."""
-    return (f"done in {seconds:.1f}s: {summary.get('success')} success, "
-            f"{summary.get('error')} error, {summary.get('pending')} pending, "
-            f"{summary.get('uncertain')} uncertain")
+    return (
+        f"done in {seconds:.1f}s: {summary.get('success')} success, "
+        f"{summary.get('error')} error, {summary.get('pending')} pending, "
+        f"{summary.get('uncertain')} uncertain"
+    )
 
 
 def replay_finished_line(event: ReplayFinished, seconds: float) -> str:
@@ -159,8 +177,11 @@ class LiveProgress(RedrawnLine):
         parts = [f"queued {queued}"] + [f"{LABELS[s]} {n}" for s, n in counts.items() if n]
         elapsed = max(self.clock() - self.t0, 1e-9)
         rate = done / elapsed
-        return (f"[{_bar(done, total)}] {done}/{total}  " + "  ".join(parts)
-                + f"  {rate:.2f} req/s  {_eta(done, total, rate)}")
+        return (
+            f"[{_bar(done, total)}] {done}/{total}  "
+            + "  ".join(parts)
+            + f"  {rate:.2f} req/s  {_eta(done, total, rate)}"
+        )
 
 
 def duration(seconds: float) -> str:
@@ -216,10 +237,12 @@ class RescoreProgressPrinter:
         elif isinstance(event, RescoreProgress):
             model_done = event.model_done == event.model_total
             if model_done or event.done % self.every == 0 or event.done == event.total:
-                self._line(f"[{event.done}/{event.total}] {event.label}: "
-                           f"{event.model_done}/{event.model_total}"
-                           f"{' done' if model_done else ''} "
-                           f"({time.monotonic() - self.t0:.1f}s)")
+                self._line(
+                    f"[{event.done}/{event.total}] {event.label}: "
+                    f"{event.model_done}/{event.model_total}"
+                    f"{' done' if model_done else ''} "
+                    f"({time.monotonic() - self.t0:.1f}s)"
+                )
 
     def _line(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -229,8 +252,9 @@ class CountLine(RedrawnLine):
     """One redrawn line for work counted in items (replayed prompts, rescored cells): a bar,
     done/total, the count per outcome, the rate and the time left; permanent lines above it."""
 
-    def __init__(self, stream: Any = None, clock: Any = time.monotonic,
-                 unit: str = "items") -> None:
+    def __init__(
+        self, stream: Any = None, clock: Any = time.monotonic, unit: str = "items"
+    ) -> None:
         super().__init__(stream, clock)
         self.unit = unit
         self.done = 0
@@ -251,8 +275,9 @@ class CountLine(RedrawnLine):
         total = max(self.total, self.done)
         elapsed = max(self.clock() - self.t0, 1e-9)
         rate = self.done / elapsed
-        counts = "  ".join(f"{k} {v}" for k, v in sorted(self.counts.items(),
-                                                          key=lambda kv: -kv[1]))
+        counts = "  ".join(
+            f"{k} {v}" for k, v in sorted(self.counts.items(), key=lambda kv: -kv[1])
+        )
         text = f"[{_bar(self.done, total)}] {self.done}/{total} {self.unit}"
         if counts:
             text += f"  {counts}"
@@ -293,11 +318,12 @@ class LiveRescoreProgress(CountLine):
         if image is not None:
             self.line(image)
         elif isinstance(event, RescoreProgress):
-            self.count(None, event.total,
-                       f"{event.label} {event.model_done}/{event.model_total}")
+            self.count(None, event.total, f"{event.label} {event.model_done}/{event.model_total}")
             if event.model_done == event.model_total:
-                self.line(f"{escape_controls(event.label)}: {event.model_total} cells scored "
-                          f"({self.clock() - self.t0:.1f}s)")
+                self.line(
+                    f"{escape_controls(event.label)}: {event.model_total} cells scored "
+                    f"({self.clock() - self.t0:.1f}s)"
+                )
 
 
 def replay_progress(stream: Any) -> Any:
@@ -307,5 +333,6 @@ def replay_progress(stream: Any) -> Any:
 
 def rescore_progress(stream: Any) -> Any:
     """One updating line on a terminal; a line every 50 cells and per model elsewhere."""
-    return (LiveRescoreProgress(stream) if wants_live_line(stream)
-            else RescoreProgressPrinter(stream))
+    return (
+        LiveRescoreProgress(stream) if wants_live_line(stream) else RescoreProgressPrinter(stream)
+    )

@@ -14,13 +14,18 @@ FORMATS = ("json", "text")
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
-        "trace", help="which frozen PQID-Bench row a run replicates, and which prompts differ",
+        "trace",
+        help="which frozen PQID-Bench row a run replicates, and which prompts differ",
         description="Hold a run's recorded requests against the archived requests of every "
-                    "frozen model of PQID-Bench (the evidence repository): the row it "
-                    "replicates request for request, if any, and for the closest row which "
-                    "prompts differ and how (route, model, messages, generation settings).")
-    p.add_argument("--release-dir", required=True,
-                   help="the PQID-Bench evidence repository (it holds the archived requests)")
+        "frozen model of PQID-Bench (the evidence repository): the row it "
+        "replicates request for request, if any, and for the closest row which "
+        "prompts differ and how (route, model, messages, generation settings).",
+    )
+    p.add_argument(
+        "--release-dir",
+        required=True,
+        help="the PQID-Bench evidence repository (it holds the archived requests)",
+    )
     p.add_argument("--run-dir", required=True, type=Path, help="the run directory to trace")
     p.add_argument("--format", choices=FORMATS, default="json")
     p.set_defaults(handler=run)

@@ -29,8 +29,10 @@ def describe_where(source: str) -> str:
     return {"keyring": "the OS keyring", "key-file": "the key file"}.get(source, source)
 
 
-CHECK_NOTE = ("k checks the selected route's key with one call to the provider's model list, "
-              "after you confirm. Nothing else ever contacts a provider from this screen.")
+CHECK_NOTE = (
+    "k checks the selected route's key with one call to the provider's model list, "
+    "after you confirm. Nothing else ever contacts a provider from this screen."
+)
 
 
 class CredentialsScreen(AppScreen):
@@ -83,8 +85,14 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
         for key in ("route", "adapter", "variable", "source", "endpoint"):
             table.add_column(key, key=key)
         for name, route in PRESETS.items():
-            table.add_row(name, route.adapter, route.credential_env or "—", "…",
-                          plain(route.base_url), key=name)
+            table.add_row(
+                name,
+                route.adapter,
+                route.credential_env or "—",
+                "…",
+                plain(route.base_url),
+                key=name,
+            )
         table.focus()
         self.action_refresh()
 
@@ -122,10 +130,14 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
             return
         if self.sources.get(name) == "keyring unavailable":
             # Asking for a key that cannot be stored would only fail after it was typed.
-            self.notify("The OS keyring is not available, so no key can be stored in it. "
-                        "Unlock it (or start a Secret Service such as gnome-keyring or "
-                        f"KWallet) and press F5, or set {self._variable(name)} instead.",
-                        title="Keyring unavailable", severity="error", timeout=12)
+            self.notify(
+                "The OS keyring is not available, so no key can be stored in it. "
+                "Unlock it (or start a Secret Service such as gnome-keyring or "
+                f"KWallet) and press F5, or set {self._variable(name)} instead.",
+                title="Keyring unavailable",
+                severity="error",
+                timeout=12,
+            )
             return
 
         def store(secret: str | None) -> None:
@@ -139,8 +151,9 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
         try:
             keyring_set(name, secret)
         except PqidError as exc:
-            self.app.call_from_thread(self.notify, escape_controls(str(exc)), severity="error",
-                                      markup=False)
+            self.app.call_from_thread(
+                self.notify, escape_controls(str(exc)), severity="error", markup=False
+            )
             return
         self.app.call_from_thread(self.notify, f"Stored the {name} key in the OS keyring.")
         self.app.call_from_thread(self.action_refresh)
@@ -156,22 +169,31 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
             if yes:
                 self.delete_key(name)
 
-        self.app.push_screen(ConfirmScreen(
-            f"Delete the keyring entry for {name}?",
-            "Runs on this route will then need the environment variable or --api-key-file. "
-            "The environment and key files are not touched.", yes="Delete"), answer)
+        self.app.push_screen(
+            ConfirmScreen(
+                f"Delete the keyring entry for {name}?",
+                "Runs on this route will then need the environment variable or --api-key-file. "
+                "The environment and key files are not touched.",
+                yes="Delete",
+            ),
+            answer,
+        )
 
     @work(thread=True, group="credentials-write", exit_on_error=False)
     def delete_key(self, name: str) -> None:
         try:
             existed = keyring_delete(name)
         except PqidError as exc:
-            self.app.call_from_thread(self.notify, escape_controls(str(exc)), severity="error",
-                                      markup=False)
+            self.app.call_from_thread(
+                self.notify, escape_controls(str(exc)), severity="error", markup=False
+            )
             return
         self.app.call_from_thread(
-            self.notify, f"Deleted the {name} keyring entry." if existed
-            else f"There was no {name} keyring entry.")
+            self.notify,
+            f"Deleted the {name} keyring entry."
+            if existed
+            else f"There was no {name} keyring entry.",
+        )
         self.app.call_from_thread(self.action_refresh)
 
     def action_check_key(self) -> None:
@@ -182,29 +204,42 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
             return
         route = PRESETS[name]
         if route.adapter == "oracle":
-            self.notify("The oracle route runs in-process; there is nothing to check.",
-                        severity="warning")
+            self.notify(
+                "The oracle route runs in-process; there is nothing to check.", severity="warning"
+            )
             return
 
         source = self.sources.get(name)
         if source in (None, "missing", "keyring unavailable"):
-            why = ("the OS keyring is not available" if source == "keyring unavailable"
-                   else "no key was found" if source == "missing"
-                   else "its key source is still being looked up")
-            self.notify(f"Nothing to check for {name}: {why}. Set {self._variable(name)} or "
-                        "store a key with s, then check again.", title="No key",
-                        severity="warning", timeout=12)
+            why = (
+                "the OS keyring is not available"
+                if source == "keyring unavailable"
+                else "no key was found"
+                if source == "missing"
+                else "its key source is still being looked up"
+            )
+            self.notify(
+                f"Nothing to check for {name}: {why}. Set {self._variable(name)} or "
+                "store a key with s, then check again.",
+                title="No key",
+                severity="warning",
+                timeout=12,
+            )
             return
 
         def answer(yes: bool | None) -> None:
             if yes:
                 self.check_key(name)
 
-        self.app.push_screen(ConfirmScreen(
-            f"Contact {name} to check its key?",
-            f"One GET of the model list at {route.base_url}, with the key from "
-            f"{describe_where(source)}. No prompt is sent.",
-            yes="Contact the provider"), answer)
+        self.app.push_screen(
+            ConfirmScreen(
+                f"Contact {name} to check its key?",
+                f"One GET of the model list at {route.base_url}, with the key from "
+                f"{describe_where(source)}. No prompt is sent.",
+                yes="Contact the provider",
+            ),
+            answer,
+        )
 
     @work(exclusive=True, group="credentials-check", exit_on_error=False)
     async def check_key(self, name: str) -> None:
@@ -224,11 +259,15 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
             result.update(plain(f"{name}: {exc}"))
             return
         report = await check_provider(route, credential, transport=app.transport)
-        verdict = ("key accepted" if report.get("authenticated") else
-                   "key refused" if report.get("authenticated") is False else "not confirmed")
+        verdict = (
+            "key accepted"
+            if report.get("authenticated")
+            else "key refused"
+            if report.get("authenticated") is False
+            else "not confirmed"
+        )
         detail = report.get("error") or f"{report.get('models_listed', 0)} models listed"
-        result.update(plain(f"{name}: {verdict} ({report.get('credential_source')}); "
-                            f"{detail}"))
+        result.update(plain(f"{name}: {verdict} ({report.get('credential_source')}); {detail}"))
 
     @on(Button.Pressed, "#check")
     def _check(self) -> None:
@@ -251,9 +290,20 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
         self.app.pop_screen()
 
     def palette_commands(self) -> list[SystemCommand]:
-        return [SystemCommand("credentials: set key", "Store the selected route's key in the "
-                              "OS keyring", self.action_set_key),
-                SystemCommand("credentials: delete key", "Delete the selected route's keyring "
-                              "entry", self.action_delete_key),
-                SystemCommand("credentials: check key", "Contact the provider once to check "
-                              "the key (asks first)", self.action_check_key)]
+        return [
+            SystemCommand(
+                "credentials: set key",
+                "Store the selected route's key in the OS keyring",
+                self.action_set_key,
+            ),
+            SystemCommand(
+                "credentials: delete key",
+                "Delete the selected route's keyring entry",
+                self.action_delete_key,
+            ),
+            SystemCommand(
+                "credentials: check key",
+                "Contact the provider once to check the key (asks first)",
+                self.action_check_key,
+            ),
+        ]

@@ -18,11 +18,14 @@ class ConfirmScreen(ModalScreen[bool]):
     """Ask yes or no, saying what yes will do."""
 
     CSS_PATH = "dialogs.tcss"
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "answer(False)", "Cancel"),
-                Binding("y", "answer(True)", "Yes", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "answer(False)", "Cancel"),
+        Binding("y", "answer(True)", "Yes", show=False),
+    ]
 
-    def __init__(self, question: str, explanation: str = "", *, yes: str = "Yes",
-                 no: str = "Cancel") -> None:
+    def __init__(
+        self, question: str, explanation: str = "", *, yes: str = "Yes", no: str = "Cancel"
+    ) -> None:
         super().__init__()
         self.question = question
         self.explanation = explanation
@@ -62,9 +65,11 @@ class SecretScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(f"Key for route {self.route_name}", classes="dialog-title")
-            yield Static("Stored in the OS keyring (service pqid-tui, user "
-                         f"{self.route_name}); never shown, logged or written to a file.",
-                         classes="dialog-body")
+            yield Static(
+                "Stored in the OS keyring (service pqid-tui, user "
+                f"{self.route_name}); never shown, logged or written to a file.",
+                classes="dialog-body",
+            )
             yield Input(password=True, placeholder="paste the key", id="secret")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Store in keyring", id="store", variant="primary")

@@ -31,8 +31,10 @@ class HelpScreen(ModalScreen[None]):
                 yield Markdown(widget_help, id="help-widget")
             yield Static("Keys", classes="help-heading")
             yield DataTable(id="help-keys", cursor_type="none", zebra_stripes=True)
-            yield Static("Press Escape or F1 to close. Ctrl+P opens the command palette.",
-                         classes="help-foot")
+            yield Static(
+                "Press Escape or F1 to close. Ctrl+P opens the command palette.",
+                classes="help-foot",
+            )
 
     def on_mount(self) -> None:
         table = self.query_one("#help-keys", DataTable)

@@ -84,11 +84,18 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
 
     def on_mount(self) -> None:
         table = self.query_one("#runs", DataTable)
-        for key, label in (("name", "run"), ("provider", "provider"), ("model", "model"),
-                           ("selected", "selected"), ("success", "success"),
-                           ("error", "error"), ("pending", "pending"),
-                           ("uncertain", "uncertain"), ("complete", "complete"),
-                           ("replayed", "replayed")):
+        for key, label in (
+            ("name", "run"),
+            ("provider", "provider"),
+            ("model", "model"),
+            ("selected", "selected"),
+            ("success", "success"),
+            ("error", "error"),
+            ("pending", "pending"),
+            ("uncertain", "uncertain"),
+            ("complete", "complete"),
+            ("replayed", "replayed"),
+        ):
             table.add_column(label, key=key)
         self.show_release()
         self.verify_release()
@@ -103,8 +110,10 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
             text.append_text(plain(str(app.release_dir)))
             text.append("\nnot usable: ", style="bold")
             text.append_text(plain(app.release_error or UNKNOWN_ERROR))
-            text.append("\nPass --release-dir with a pqid-release/1 directory, a PQID-Bench "
-                        "core distribution (or its .zip) or the PQID-Bench evidence repository.")
+            text.append(
+                "\nPass --release-dir with a pqid-release/1 directory, a PQID-Bench "
+                "core distribution (or its .zip) or the PQID-Bench evidence repository."
+            )
         else:
             text.append_text(release_text(release, self.verification))
         text.append("\nRuns directory ", style="bold")
@@ -113,8 +122,10 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
         absent = absent_lines(release) if release is not None else []
         box = self.query_one("#absent", Collapsible)
         box.display = bool(absent)
-        box.title = (f"{len(release.absent) if release else 0} absent files: listed in the "
-                     "manifest, not in this copy (a)")
+        box.title = (
+            f"{len(release.absent) if release else 0} absent files: listed in the "
+            "manifest, not in this copy (a)"
+        )
         self.query_one("#absent-list", Static).update(plain("\n".join(absent)))
 
     @work(thread=True, exclusive=True, group="home-verify", exit_on_error=False)
@@ -145,26 +156,49 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
         running = app.session.run_dir()
         for info in runs:
             if info.problem:
-                table.add_row(plain(info.name), one_line(info.problem, 80), "", "", "", "", "",
-                              "", "", "yes" if info.evaluated else "no", key=str(info.path))
+                table.add_row(
+                    plain(info.name),
+                    one_line(info.problem, 80),
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "yes" if info.evaluated else "no",
+                    key=str(info.path),
+                )
                 continue
-            table.add_row(plain(info.name), plain(info.provider), plain(info.model),
-                          info.selected, info.success, info.error, info.pending,
-                          info.uncertain, "running" if info.path == running
-                          else "yes" if info.complete else "no",
-                          "yes" if info.evaluated else "no", key=str(info.path))
+            table.add_row(
+                plain(info.name),
+                plain(info.provider),
+                plain(info.model),
+                info.selected,
+                info.success,
+                info.error,
+                info.pending,
+                info.uncertain,
+                "running" if info.path == running else "yes" if info.complete else "no",
+                "yes" if info.evaluated else "no",
+                key=str(info.path),
+            )
         hint = self.query_one("#runs-hint", Static)
         hint.display = not runs
         table.display = bool(runs)
         if not runs and app.release is not None and app.release.format != FORMAT_PQID_RELEASE:
             # PQID-Bench ships no reference code, so the oracle route has nothing to answer.
-            hint.update("No runs yet. Press n to plan a first run: choose a route and a model; "
-                        "the dry-run plan shows what would be sent, and which of the study's "
-                        "frozen rows it replicates request for request, before anything is.")
+            hint.update(
+                "No runs yet. Press n to plan a first run: choose a route and a model; "
+                "the dry-run plan shows what would be sent, and which of the study's "
+                "frozen rows it replicates request for request, before anything is."
+            )
         elif not runs:
-            hint.update("No runs yet. Press n to plan a first run: the oracle route answers "
-                        "with the release's reference code, needs no key and sends nothing "
-                        "over the network, so it is a safe way to see the whole pipeline.")
+            hint.update(
+                "No runs yet. Press n to plan a first run: the oracle route answers "
+                "with the release's reference code, needs no key and sends nothing "
+                "over the network, so it is a safe way to see the whole pipeline."
+            )
 
     def selected_run(self) -> Path | None:
         table = self.query_one("#runs", DataTable)
@@ -219,8 +253,11 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
 
     def action_verify(self) -> None:
         app = cast("PqidApp", self.app)
-        if app.release is None or getattr(app.release, "verifier", None) is None \
-                or app.release.format == FORMAT_PQID_RELEASE:
+        if (
+            app.release is None
+            or getattr(app.release, "verifier", None) is None
+            or app.release.format == FORMAT_PQID_RELEASE
+        ):
             self.notify("Every file of this release was verified when it was loaded.")
             return
         self.verification = None
@@ -237,13 +274,18 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
 
     @on(Button.Pressed)
     def _button(self, event: Button.Pressed) -> None:
-        {"new": self.action_new_run, "open": self.action_open_run,
-         "replay": self.action_replay, "credentials": self.action_credentials}[
-            str(event.button.id)]()
+        {
+            "new": self.action_new_run,
+            "open": self.action_open_run,
+            "replay": self.action_replay,
+            "credentials": self.action_credentials,
+        }[str(event.button.id)]()
 
 
-FORMAT_NAMES = {FORMAT_PQID_BENCH_CORE: "PQID-Bench core distribution",
-                FORMAT_PQID_BENCH_EVIDENCE: "PQID-Bench evidence repository"}
+FORMAT_NAMES = {
+    FORMAT_PQID_BENCH_CORE: "PQID-Bench core distribution",
+    FORMAT_PQID_BENCH_EVIDENCE: "PQID-Bench evidence repository",
+}
 
 
 def matrix_text(release: Release) -> str:
@@ -251,8 +293,7 @@ def matrix_text(release: Release) -> str:
     rows = release.matrix_rows
     if not rows:
         if release.format == FORMAT_PQID_BENCH_CORE:
-            return ("none in the core profile (compare needs the PQID-Bench evidence "
-                    "repository)")
+            return "none in the core profile (compare needs the PQID-Bench evidence repository)"
         return "none"
     models = sum(1 for r in rows if r.kind == "model")
     others = len(rows) - models
@@ -276,8 +317,9 @@ def release_text(release: Release, verification: Verification | None = None) -> 
     text.append_text(plain(layout))
     text.append("\n")
     text.append(f"{len(release.prompts)} prompts: ")
-    text.append_text(plain(", ".join(f"{split} {n}"
-                                     for split, n in release.split_counts().items())))
+    text.append_text(
+        plain(", ".join(f"{split} {n}" for split, n in release.split_counts().items()))
+    )
     text.append("   frozen matrix: ", style="bold")
     text.append_text(plain(matrix_text(release)))
     text.append("\nscoring ", style="bold")
@@ -310,8 +352,9 @@ def verification_text(release: Release, verification: Verification | None) -> Te
     if verification is not None:
         counts: tuple[int, int] | None = (verification.verified, verification.listed)
     elif getattr(release, "verifier", None) is None:
-        counts = (release.verified_files, release.manifest_files) if release.manifest_files \
-            else None
+        counts = (
+            (release.verified_files, release.manifest_files) if release.manifest_files else None
+        )
     else:
         counts = None
         text.append("verifying ", style="bold")

@@ -98,8 +98,9 @@ backoff, ended in an error, or are uncertain, each with its last error.
         Binding("escape", "back", "Back"),
     ]
 
-    def __init__(self, run_dir: Path, progress: RunProgress, *, live: bool,
-                 resume: bool = False) -> None:
+    def __init__(
+        self, run_dir: Path, progress: RunProgress, *, live: bool, resume: bool = False
+    ) -> None:
         super().__init__()
         self.run_dir = Path(run_dir)
         self.progress = progress
@@ -120,8 +121,9 @@ backoff, ended in an error, or are uncertain, each with its last error.
                 with Vertical(id="grid-pane"):
                     yield Static("Prompts", id="grid-title", classes="section-title")
                     yield RunGrid(id="grid")
-                    yield FilterInput(placeholder="filter: part of a prompt ID or an error",
-                                      id="grid-filter")
+                    yield FilterInput(
+                        placeholder="filter: part of a prompt ID or an error", id="grid-filter"
+                    )
                     yield Static(id="row-detail")
                 with Vertical(id="queue-pane"):
                     yield Static("Retry queue", classes="section-title")
@@ -145,8 +147,9 @@ backoff, ended in an error, or are uncertain, each with its last error.
             self._base_elapsed += self.progress.elapsed
         self.progress, self.live, self.ended = progress, live, None
         for row in list(self.progress.rows.values()):
-            self.progress.set_state(row.prompt_id, row.state, row.attempt, row.error,
-                                    row.next_attempt_at, row.note)
+            self.progress.set_state(
+                row.prompt_id, row.state, row.attempt, row.error, row.next_attempt_at, row.note
+            )
         self.refresh_bindings()
 
     # -- redraw ----------------------------------------------------------------------------------
@@ -174,7 +177,8 @@ backoff, ended in an error, or are uncertain, each with its last error.
         grid = self.query_one(RunGrid)
         view = grid.view_text()
         self.query_one("#grid-title", Static).update(
-            Text("Prompts") + (plain(f"  ({view})") if view else Text()))
+            Text("Prompts") + (plain(f"  ({view})") if view else Text())
+        )
 
     def show_detail(self) -> None:
         """The whole state and last error of the row under the focused table's cursor."""
@@ -216,8 +220,11 @@ backoff, ended in an error, or are uncertain, each with its last error.
             return "stopped (resumable)"
         counts = self.progress.counts
         done = counts["success"] + counts["error"]
-        return "complete" if self.progress.rows and done == len(self.progress.rows) else (
-            "not running")
+        return (
+            "complete"
+            if self.progress.rows and done == len(self.progress.rows)
+            else ("not running")
+        )
 
     def show_stats(self) -> None:
         p = self.progress
@@ -234,9 +241,15 @@ backoff, ended in an error, or are uncertain, each with its last error.
         self.query_one("#run-title", Static).update(title)
         stats = Text()
         stats.append(f"{len(p.rows)} prompts  ")
-        for state in (PromptState.SUCCESS, PromptState.ERROR, PromptState.IN_FLIGHT,
-                      PromptState.SAVING, PromptState.RETRYING, PromptState.PENDING,
-                      PromptState.UNCERTAIN):
+        for state in (
+            PromptState.SUCCESS,
+            PromptState.ERROR,
+            PromptState.IN_FLIGHT,
+            PromptState.SAVING,
+            PromptState.RETRYING,
+            PromptState.PENDING,
+            PromptState.UNCERTAIN,
+        ):
             if state == PromptState.SAVING and not c[state]:
                 continue  # answered, evidence being written: a moment, shown only then
             stats.append(f"{state.replace('_', ' ')} {c[state]}  ")
@@ -245,8 +258,9 @@ backoff, ended in an error, or are uncertain, each with its last error.
         stats.append(f"requests {requests}")
         if self._base_requests:
             stats.append(f" ({p.requests} in this resume)")
-        stats.append(f"  {p.requests_per_second:.1f} req/s  "
-                     f"tokens {self._base_tokens + p.tokens:,}  ")
+        stats.append(
+            f"  {p.requests_per_second:.1f} req/s  tokens {self._base_tokens + p.tokens:,}  "
+        )
         if p.started_at is not None:
             stats.append(f"elapsed {clock_text(self._base_elapsed + p.elapsed)}")
             if self._base_elapsed:
@@ -312,16 +326,22 @@ backoff, ended in an error, or are uncertain, each with its last error.
             return
         counts = self.progress.counts
         if counts["uncertain"]:
-            self.notify(f"{counts['uncertain']} prompt(s) are uncertain: resolve them first "
-                        "with u (retry uncertain), which explains the possible extra paid draw.",
-                        severity="warning")
+            self.notify(
+                f"{counts['uncertain']} prompt(s) are uncertain: resolve them first "
+                "with u (retry uncertain), which explains the possible extra paid draw.",
+                severity="warning",
+            )
             return
-        pending = [pid for pid, row in self.progress.rows.items()
-                   if row.state == PromptState.PENDING]
+        pending = [
+            pid for pid, row in self.progress.rows.items() if row.state == PromptState.PENDING
+        ]
         if not pending:
             errors = counts["error"]
-            self.notify("Nothing to resume: every prompt has an outcome" + (
-                f"; e retries the {errors} error(s)." if errors else "."), severity="warning")
+            self.notify(
+                "Nothing to resume: every prompt has an outcome"
+                + (f"; e retries the {errors} error(s)." if errors else "."),
+                severity="warning",
+            )
             return
         self._retry(pending, errors=False, uncertain=False, resume=True)
 
@@ -410,11 +430,21 @@ backoff, ended in an error, or are uncertain, each with its last error.
         done = [pid for pid, st in states.items() if st == PromptState.SUCCESS]
         ids = [pid for pid in states if states[pid] != PromptState.SUCCESS]
         if not ids:
-            self.notify("Nothing to retry: " + ("a success is never sent again." if done else
-                        "select a prompt (space marks several)."), severity="warning")
+            self.notify(
+                "Nothing to retry: "
+                + (
+                    "a success is never sent again."
+                    if done
+                    else "select a prompt (space marks several)."
+                ),
+                severity="warning",
+            )
             return
-        self._retry(ids, errors=any(states[p] == PromptState.ERROR for p in ids),
-                    uncertain=any(states[p] == PromptState.UNCERTAIN for p in ids))
+        self._retry(
+            ids,
+            errors=any(states[p] == PromptState.ERROR for p in ids),
+            uncertain=any(states[p] == PromptState.UNCERTAIN for p in ids),
+        )
 
     def action_retry_errors(self) -> None:
         ids = [pid for pid, row in self.progress.rows.items() if row.state == PromptState.ERROR]
@@ -433,22 +463,25 @@ backoff, ended in an error, or are uncertain, each with its last error.
     def retry_config(self, *, errors: bool, uncertain: bool) -> LiveRunConfig:
         """The resume config of this run with the retry flags."""
         app = cast("PqidApp", self.app)
-        flags = {"resume": True, "retry_errors": errors, "retry_uncertain": uncertain,
-                 "max_new": None}
+        flags = {
+            "resume": True,
+            "retry_errors": errors,
+            "retry_uncertain": uncertain,
+            "max_new": None,
+        }
         current = app.session.config
         if current is not None and Path(str(current.output_dir)) == self.run_dir:
             return current.model_copy(update=flags)
-        return resume_config(self.run_dir, app.release_dir, acknowledge_prompt_export=True,
-                             **flags)
+        return resume_config(self.run_dir, app.release_dir, acknowledge_prompt_export=True, **flags)
 
-    def _retry(self, ids: list[str], *, errors: bool, uncertain: bool,
-               resume: bool = False) -> None:
+    def _retry(
+        self, ids: list[str], *, errors: bool, uncertain: bool, resume: bool = False
+    ) -> None:
         from pqid_tui.screens.dialogs import ConfirmScreen
 
         app = cast("PqidApp", self.app)
         if app.session.active:
-            self.notify("A run is in progress: wait for it, or stop it first.",
-                        severity="warning")
+            self.notify("A run is in progress: wait for it, or stop it first.", severity="warning")
             return
         try:
             config = self.retry_config(errors=errors, uncertain=uncertain)
@@ -462,10 +495,12 @@ backoff, ended in an error, or are uncertain, each with its last error.
             return
         parts = []
         if contacts:
-            parts.append(f"This sends {len(ids)} prompt(s) to the {config.provider} route "
-                         f"({config.base_url or 'its preset endpoint'})"
-                         f"{'' if resume else ' again'}: the provider's "
-                         f"{PROVIDER_TERMS}.")
+            parts.append(
+                f"This sends {len(ids)} prompt(s) to the {config.provider} route "
+                f"({config.base_url or 'its preset endpoint'})"
+                f"{'' if resume else ' again'}: the provider's "
+                f"{PROVIDER_TERMS}."
+            )
         if uncertain:
             parts.append(UNCERTAIN_EXPLANATION)
 
@@ -478,10 +513,13 @@ backoff, ended in an error, or are uncertain, each with its last error.
         if resume:
             title = f"Resume the run: send its {len(ids)} pending prompt(s)?"
         else:
-            title = f"Retry {len(ids)} prompt(s)" + (" including uncertain ones?" if uncertain
-                                                     else "?")
-        self.app.push_screen(ConfirmScreen(
-            title, "\n\n".join(parts), yes="Resume" if resume else "Send again"), answer)
+            title = f"Retry {len(ids)} prompt(s)" + (
+                " including uncertain ones?" if uncertain else "?"
+            )
+        self.app.push_screen(
+            ConfirmScreen(title, "\n\n".join(parts), yes="Resume" if resume else "Send again"),
+            answer,
+        )
 
     def _launch(self, config: LiveRunConfig, ids: Iterable[str] | None) -> None:
         app = cast("PqidApp", self.app)
@@ -490,22 +528,39 @@ backoff, ended in an error, or are uncertain, each with its last error.
         app.start_run(config, None if ids is None else list(ids))
 
     def palette_commands(self) -> Iterable[SystemCommand]:
-        yield SystemCommand("run: pause or resume", "Pause or resume sending; on a run that "
-                            "is not running, resume it", self.action_toggle_pause)
-        yield SystemCommand("run: resume in the New run form", "The form filled from this "
-                            "run's manifest", self.action_edit_resume)
+        yield SystemCommand(
+            "run: pause or resume",
+            "Pause or resume sending; on a run that is not running, resume it",
+            self.action_toggle_pause,
+        )
+        yield SystemCommand(
+            "run: resume in the New run form",
+            "The form filled from this run's manifest",
+            self.action_edit_resume,
+        )
         yield SystemCommand("run: stop", "Stop the run cleanly (resumable)", self.action_stop)
-        yield SystemCommand("run: retry selected", "Resend the marked prompts",
-                            self.action_retry_selected)
-        yield SystemCommand("run: retry all errors", "Resend every terminal error",
-                            self.action_retry_errors)
-        yield SystemCommand("run: retry uncertain", "Resend the uncertain prompts (a possible "
-                            "extra paid draw)", self.action_retry_uncertain)
-        yield SystemCommand("grid: filter", "Show the rows whose prompt ID or error contains "
-                            "a text", self.action_filter)
-        yield SystemCommand("grid: only errors, uncertain, retrying", "Cycle which rows show",
-                            self.action_only)
-        yield SystemCommand("grid: sort", "Cycle the order: arrival, state, prompt ID, attempts",
-                            self.action_sort)
-        yield SystemCommand("run: inspect payload", "Open the payload inspector",
-                            self.action_inspect)
+        yield SystemCommand(
+            "run: retry selected", "Resend the marked prompts", self.action_retry_selected
+        )
+        yield SystemCommand(
+            "run: retry all errors", "Resend every terminal error", self.action_retry_errors
+        )
+        yield SystemCommand(
+            "run: retry uncertain",
+            "Resend the uncertain prompts (a possible extra paid draw)",
+            self.action_retry_uncertain,
+        )
+        yield SystemCommand(
+            "grid: filter",
+            "Show the rows whose prompt ID or error contains a text",
+            self.action_filter,
+        )
+        yield SystemCommand(
+            "grid: only errors, uncertain, retrying", "Cycle which rows show", self.action_only
+        )
+        yield SystemCommand(
+            "grid: sort", "Cycle the order: arrival, state, prompt ID, attempts", self.action_sort
+        )
+        yield SystemCommand(
+            "run: inspect payload", "Open the payload inspector", self.action_inspect
+        )

@@ -40,11 +40,28 @@ from pqid_tui.widgets.wrapping import WrappingCheckbox
 if TYPE_CHECKING:
     from pqid_tui.app import PqidApp
 
-INPUT_FIELDS = ("model", "base_url", "temperature", "top_p", "max_output_tokens", "seed",
-                "extra_body", "limit", "prompt_ids", "concurrency", "max_retries",
-                "output_dir", "retry_backoff_seconds", "max_backoff_seconds",
-                "max_retry_after_seconds", "request_timeout_seconds", "sleep_seconds",
-                "max_new", "headers", "api_key_file")
+INPUT_FIELDS = (
+    "model",
+    "base_url",
+    "temperature",
+    "top_p",
+    "max_output_tokens",
+    "seed",
+    "extra_body",
+    "limit",
+    "prompt_ids",
+    "concurrency",
+    "max_retries",
+    "output_dir",
+    "retry_backoff_seconds",
+    "max_backoff_seconds",
+    "max_retry_after_seconds",
+    "request_timeout_seconds",
+    "sleep_seconds",
+    "max_new",
+    "headers",
+    "api_key_file",
+)
 # The advanced pacing fields: (field, label, default); each is a LiveRunConfig field.
 ADVANCED_NUMBERS = (
     ("retry_backoff_seconds", "first backoff (s, doubles)", "2.0"),
@@ -54,6 +71,8 @@ ADVANCED_NUMBERS = (
     ("sleep_seconds", "pacing: s between starts", "0.0"),
     ("max_new", "max new prompts (optional)", ""),
 )
+
+
 # Engine messages that name a setting by its flag rather than by its field.
 def parse_headers(text: str) -> tuple[dict[str, str], str]:
     """`Name: value; Other: value` as a header dict, and an error ("" when well-formed)."""
@@ -149,69 +168,121 @@ prompts that were in flight when a run died (a possible extra paid draw).
         with Horizontal(id="new-run"):
             with VerticalScroll(id="form"):
                 yield Static("Route", classes="section-title")
-                yield from self._field("route", Select(
-                    [(name, name) for name in PRESETS], value="oracle", allow_blank=False,
-                    id="provider"), "provider")
-                yield from self._field("model", FormInput("oracle", id="model",
-                                                      placeholder="model ID"), "model")
-                yield from self._field("base URL (optional)", FormInput(
-                    id="base_url", placeholder="the route's preset endpoint"), "base_url")
+                yield from self._field(
+                    "route",
+                    Select(
+                        [(name, name) for name in PRESETS],
+                        value="oracle",
+                        allow_blank=False,
+                        id="provider",
+                    ),
+                    "provider",
+                )
+                yield from self._field(
+                    "model", FormInput("oracle", id="model", placeholder="model ID"), "model"
+                )
+                yield from self._field(
+                    "base URL (optional)",
+                    FormInput(id="base_url", placeholder="the route's preset endpoint"),
+                    "base_url",
+                )
                 yield Checkbox("endpoint without authentication (--no-auth)", id="no_auth")
                 yield Static("Generation", classes="section-title")
                 with Horizontal(classes="row"):
-                    yield from self._field("temperature", FormInput("0.0", id="temperature"),
-                                           "temperature")
+                    yield from self._field(
+                        "temperature", FormInput("0.0", id="temperature"), "temperature"
+                    )
                     yield from self._field("top-p", FormInput("1.0", id="top_p"), "top_p")
-                    yield from self._field("max output tokens", FormInput(
-                        "2048", id="max_output_tokens"), "max_output_tokens")
+                    yield from self._field(
+                        "max output tokens",
+                        FormInput("2048", id="max_output_tokens"),
+                        "max_output_tokens",
+                    )
                 with Horizontal(classes="row"):
                     yield Checkbox("omit temperature", id="omit_temperature")
                     yield Checkbox("omit top-p", id="omit_top_p")
                 with Horizontal(classes="row"):
-                    yield from self._field("output-limit field", Select(
-                        [("route default", "default"), ("max_tokens", "max_tokens"),
-                         ("max_completion_tokens", "max_completion_tokens")],
-                        value="default", allow_blank=False, id="max_output_field"),
-                        "max_output_field")
+                    yield from self._field(
+                        "output-limit field",
+                        Select(
+                            [
+                                ("route default", "default"),
+                                ("max_tokens", "max_tokens"),
+                                ("max_completion_tokens", "max_completion_tokens"),
+                            ],
+                            value="default",
+                            allow_blank=False,
+                            id="max_output_field",
+                        ),
+                        "max_output_field",
+                    )
                     yield from self._field("seed (optional)", FormInput(id="seed"), "seed")
-                yield from self._field("extra body JSON (optional, non-secret settings)",
-                                       FormInput(id="extra_body", placeholder='{"key": "value"}'),
-                                       "extra_body")
+                yield from self._field(
+                    "extra body JSON (optional, non-secret settings)",
+                    FormInput(id="extra_body", placeholder='{"key": "value"}'),
+                    "extra_body",
+                )
                 yield Static("Prompts", classes="section-title")
                 with Horizontal(classes="row"):
-                    yield from self._field("split", Select(
-                        [("every split", "*")] + [(s, s) for s in splits], value="*",
-                        allow_blank=False, id="split"), "split")
+                    yield from self._field(
+                        "split",
+                        Select(
+                            [("every split", "*")] + [(s, s) for s in splits],
+                            value="*",
+                            allow_blank=False,
+                            id="split",
+                        ),
+                        "split",
+                    )
                     yield from self._field("limit (optional)", FormInput(id="limit"), "limit")
-                yield from self._field("prompt IDs (optional, comma-separated)",
-                                       FormInput(id="prompt_ids"), "prompt_ids")
+                yield from self._field(
+                    "prompt IDs (optional, comma-separated)",
+                    FormInput(id="prompt_ids"),
+                    "prompt_ids",
+                )
                 yield Static("Pacing and output", classes="section-title")
                 with Horizontal(classes="row"):
-                    yield from self._field("concurrency", FormInput(
-                        str(DEFAULT_CONCURRENCY), id="concurrency"), "concurrency")
-                    yield from self._field("max retries", FormInput("3", id="max_retries"),
-                                           "max_retries")
+                    yield from self._field(
+                        "concurrency",
+                        FormInput(str(DEFAULT_CONCURRENCY), id="concurrency"),
+                        "concurrency",
+                    )
+                    yield from self._field(
+                        "max retries", FormInput("3", id="max_retries"), "max_retries"
+                    )
                 yield from self._field("output directory", FormInput(id="output_dir"), "output_dir")
-                with Collapsible(id="advanced", title="Advanced: backoff, timeouts, pacing, "
-                                 "headers, key file", collapsed=True):
+                with Collapsible(
+                    id="advanced",
+                    title="Advanced: backoff, timeouts, pacing, headers, key file",
+                    collapsed=True,
+                ):
                     for i in range(0, len(ADVANCED_NUMBERS), 3):
                         with Horizontal(classes="row"):
-                            for name, label, default in ADVANCED_NUMBERS[i:i + 3]:
+                            for name, label, default in ADVANCED_NUMBERS[i : i + 3]:
                                 yield from self._field(label, FormInput(default, id=name), name)
                     yield from self._field(
                         "extra headers (optional, non-secret; Name: value; Other: value)",
-                        FormInput(id="headers", placeholder="X-Title: my-run"), "headers")
+                        FormInput(id="headers", placeholder="X-Title: my-run"),
+                        "headers",
+                    )
                     yield from self._field(
                         "API key file (optional; only the path is kept, the key is read when "
-                        "the run starts)", FormInput(id="api_key_file", placeholder="~/.keys/x"),
-                        "api_key_file")
+                        "the run starts)",
+                        FormInput(id="api_key_file", placeholder="~/.keys/x"),
+                        "api_key_file",
+                    )
                 with Vertical(id="resume-box"):
                     yield Static(id="resume-info")
                     yield Checkbox("resume the run in this directory", id="resume")
-                    yield Checkbox("retry errors: resend prompts that ended in a terminal "
-                                   "error", id="retry_errors")
-                    yield Checkbox("retry uncertain: resend prompts that were in flight when "
-                                   "a run died (a possible extra paid draw)", id="retry_uncertain")
+                    yield Checkbox(
+                        "retry errors: resend prompts that ended in a terminal error",
+                        id="retry_errors",
+                    )
+                    yield Checkbox(
+                        "retry uncertain: resend prompts that were in flight when "
+                        "a run died (a possible extra paid draw)",
+                        id="retry_uncertain",
+                    )
                 yield WrappingCheckbox(id="acknowledge", compact=True)
                 yield Static("", id="err-general", classes="field-error")
                 yield Button("Start run", id="start", variant="primary", disabled=True)
@@ -238,27 +309,37 @@ prompts that were in flight when a run died (a possible extra paid draw).
             return
         current = app.session.config
         if current is not None and Path(str(current.output_dir)) == Path(run_dir):
-            config = config.model_copy(update={
-                "concurrency": current.concurrency, "max_retries": current.max_retries,
-                **{name: getattr(current, name) for name, _, _ in ADVANCED_NUMBERS},
-                "headers": current.headers, "api_key_file": current.api_key_file})
+            config = config.model_copy(
+                update={
+                    "concurrency": current.concurrency,
+                    "max_retries": current.max_retries,
+                    **{name: getattr(current, name) for name, _, _ in ADVANCED_NUMBERS},
+                    "headers": current.headers,
+                    "api_key_file": current.api_key_file,
+                }
+            )
 
         def text(value: object) -> str:
             return "" if value is None else str(value)
 
         self.query_one("#provider", Select).value = config.provider
         values = {
-            "model": config.model, "base_url": text(config.base_url),
-            "temperature": text(config.temperature), "top_p": text(config.top_p),
-            "max_output_tokens": text(config.max_output_tokens), "seed": text(config.seed),
+            "model": config.model,
+            "base_url": text(config.base_url),
+            "temperature": text(config.temperature),
+            "top_p": text(config.top_p),
+            "max_output_tokens": text(config.max_output_tokens),
+            "seed": text(config.seed),
             "extra_body": json.dumps(config.extra_body) if config.extra_body else "",
             "limit": text(config.limit),
             "prompt_ids": ", ".join(config.prompt_ids) if config.prompt_ids else "",
-            "concurrency": text(config.concurrency), "max_retries": text(config.max_retries),
+            "concurrency": text(config.concurrency),
+            "max_retries": text(config.max_retries),
             "output_dir": str(run_dir),
             "headers": "; ".join(f"{k}: {v}" for k, v in config.headers.items()),
             "api_key_file": text(config.api_key_file),
-            **{name: text(getattr(config, name)) for name, _, _ in ADVANCED_NUMBERS}}
+            **{name: text(getattr(config, name)) for name, _, _ in ADVANCED_NUMBERS},
+        }
         for name, value in values.items():
             self.query_one(f"#{name}", Input).value = value
         for name in ("no_auth", "omit_temperature", "omit_top_p"):
@@ -341,17 +422,23 @@ prompts that were in flight when a run died (a possible extra paid draw).
                 errors["api_key_file"] = f"{key_file}: no such file"
         field = self._select("max_output_field")
         fields = dict(
-            release_dir=app.release_dir, output_dir=self.output_path(),
-            provider=self._select("provider"), model=self._value("model"),
-            base_url=self._value("base_url") or None, no_auth=self._checked("no_auth"),
-            temperature=number("temperature", float, 0.0), top_p=number("top_p", float, 1.0),
+            release_dir=app.release_dir,
+            output_dir=self.output_path(),
+            provider=self._select("provider"),
+            model=self._value("model"),
+            base_url=self._value("base_url") or None,
+            no_auth=self._checked("no_auth"),
+            temperature=number("temperature", float, 0.0),
+            top_p=number("top_p", float, 1.0),
             max_output_tokens=number("max_output_tokens", int, 2048),
             omit_temperature=self._checked("omit_temperature"),
             omit_top_p=self._checked("omit_top_p"),
             max_output_field=None if field == "default" else field,
-            seed=number("seed", int), extra_body=extra,
+            seed=number("seed", int),
+            extra_body=extra,
             split=None if self._select("split") == "*" else self._select("split"),
-            limit=number("limit", int), prompt_ids=ids,
+            limit=number("limit", int),
+            prompt_ids=ids,
             concurrency=number("concurrency", int, DEFAULT_CONCURRENCY),
             max_retries=number("max_retries", int, 3),
             retry_backoff_seconds=number("retry_backoff_seconds", float, 2.0),
@@ -359,10 +446,14 @@ prompts that were in flight when a run died (a possible extra paid draw).
             max_retry_after_seconds=number("max_retry_after_seconds", float, 120.0),
             request_timeout_seconds=number("request_timeout_seconds", float, 120.0),
             sleep_seconds=number("sleep_seconds", float, 0.0),
-            max_new=number("max_new", int), headers=headers, api_key_file=key_file,
+            max_new=number("max_new", int),
+            headers=headers,
+            api_key_file=key_file,
             acknowledge_prompt_export=self._checked("acknowledge"),
-            resume=self._checked("resume"), retry_errors=self._checked("retry_errors"),
-            retry_uncertain=self._checked("retry_uncertain"))
+            resume=self._checked("resume"),
+            retry_errors=self._checked("retry_errors"),
+            retry_uncertain=self._checked("retry_uncertain"),
+        )
         return fields, errors
 
     def recompute(self) -> None:
@@ -412,8 +503,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
             if name in known:
                 errors.setdefault(name, message)
             else:
-                errors.setdefault("", f"{name.replace('_', ' ')}: {message}" if name
-                                  else message)
+                errors.setdefault("", f"{name.replace('_', ' ')}: {message}" if name else message)
         if not fields:
             errors.setdefault("", str(exc))
 
@@ -437,23 +527,33 @@ prompts that were in flight when a run died (a possible extra paid draw).
             box.display = True
             text = Text()
             text.append("This directory holds a run: ", style="bold")
-            text.append_text(plain(
-                f"{info.provider} / {info.model}, {info.selected} selected: "
-                f"{info.success} success, {info.error} error, {info.pending} pending, "
-                f"{info.uncertain} uncertain."))
-            text.append("\nResume sends the pending prompts and skips the successes; "
-                        "errors are skipped unless you tick retry errors.")
+            text.append_text(
+                plain(
+                    f"{info.provider} / {info.model}, {info.selected} selected: "
+                    f"{info.success} success, {info.error} error, {info.pending} pending, "
+                    f"{info.uncertain} uncertain."
+                )
+            )
+            text.append(
+                "\nResume sends the pending prompts and skips the successes; "
+                "errors are skipped unless you tick retry errors."
+            )
             if info.uncertain:
                 text.append(f"\n{info.uncertain} uncertain: ", style="bold")
                 text.append(UNCERTAIN_EXPLANATION)
                 text.append(" Resume is refused until you tick retry uncertain.")
             self.query_one("#resume-info", Static).update(text)
             if not fields["resume"]:
-                errors.setdefault("output_dir", "holds a run: tick resume to continue it, or "
-                                  "choose a new directory")
+                errors.setdefault(
+                    "output_dir",
+                    "holds a run: tick resume to continue it, or choose a new directory",
+                )
             elif info.uncertain and not fields["retry_uncertain"]:
-                errors.setdefault("output_dir", f"{info.uncertain} uncertain prompt(s): tick "
-                                  "retry uncertain to resume (see above)")
+                errors.setdefault(
+                    "output_dir",
+                    f"{info.uncertain} uncertain prompt(s): tick "
+                    "retry uncertain to resume (see above)",
+                )
             if fields["resume"] and self.plan is not None:
                 # What the run would refuse, refused here: one directory is one contract.
                 try:
@@ -463,8 +563,10 @@ prompts that were in flight when a run died (a possible extra paid draw).
         else:
             box.display = False
             if nonempty:
-                errors.setdefault("output_dir", "not empty and not a run directory; choose an "
-                                  "empty or new directory")
+                errors.setdefault(
+                    "output_dir",
+                    "not empty and not a run directory; choose an empty or new directory",
+                )
             elif fields["resume"]:
                 self.query_one("#resume", Checkbox).value = False
 
@@ -475,8 +577,10 @@ prompts that were in flight when a run died (a possible extra paid draw).
         box = self.query_one("#acknowledge", Checkbox)
         provider = self._select("provider")
         if self.contacts_provider():
-            label = (f"I acknowledge that the selected prompts go to a third party (the "
-                     f"{provider} route): its {PROVIDER_TERMS}.")
+            label = (
+                f"I acknowledge that the selected prompts go to a third party (the "
+                f"{provider} route): its {PROVIDER_TERMS}."
+            )
         else:
             label = "No acknowledgement needed: the oracle route sends nothing anywhere."
         if self._shown.get("acknowledge") != label:
@@ -506,26 +610,37 @@ prompts that were in flight when a run died (a possible extra paid draw).
             text.append_text(plain(value))
             text.append("\n")
 
-        line("contacts provider", "no (in-process oracle)" if route["adapter"] == "oracle"
-             else f"yes: {route['base_url']}")
-        line("release", f"{d['release']['name']} {d['release']['version']} "
-             f"({d['release']['prompt_count']} prompts)")
+        line(
+            "contacts provider",
+            "no (in-process oracle)"
+            if route["adapter"] == "oracle"
+            else f"yes: {route['base_url']}",
+        )
+        line(
+            "release",
+            f"{d['release']['name']} {d['release']['version']} "
+            f"({d['release']['prompt_count']} prompts)",
+        )
         line("route", f"{route['provider']} ({route['adapter']}, auth {route['auth']})")
         line("model", d["model"])
         line("selected prompts", d["selected_prompt_count"])
-        line("selection", f"split {sel['split'] or 'every'}, limit {sel['limit'] or 'none'}, "
-             f"IDs {len(sel['prompt_ids_filter']) if sel['prompt_ids_filter'] else 'all'}")
+        line(
+            "selection",
+            f"split {sel['split'] or 'every'}, limit {sel['limit'] or 'none'}, "
+            f"IDs {len(sel['prompt_ids_filter']) if sel['prompt_ids_filter'] else 'all'}",
+        )
         line("first prompts", ", ".join(d["first_prompt_ids"]))
         line("prompt IDs sha256", d["prompt_ids_sha256"][:32] + "…")
         line("request set sha256", d["request_set_sha256"][:32] + "…")
         study = d.get("study")
         if isinstance(study, dict) and isinstance(study.get("trace"), dict):
             line("frozen study row", study_text(study["trace"]))
-        line("temperature", contract["temperature"] if contract["temperature"] is not None
-             else "omitted")
+        line(
+            "temperature",
+            contract["temperature"] if contract["temperature"] is not None else "omitted",
+        )
         line("top_p", contract["top_p"] if contract["top_p"] is not None else "omitted")
-        line("output limit", f"{contract['max_output_field']} = "
-             f"{contract['max_output_tokens']}")
+        line("output limit", f"{contract['max_output_field']} = {contract['max_output_tokens']}")
         line("seed", contract["seed"] if contract["seed"] is not None else "none")
         line("extra body", json.dumps(contract["extra_body"], sort_keys=True))
         line("credential", d["credential"])
@@ -533,13 +648,18 @@ prompts that were in flight when a run died (a possible extra paid draw).
         line("output dir", d["output_dir"])
         line("concurrency", d["concurrency"])
         policy = d["retry_policy"]
-        line("retries", f"{policy['max_retries']}, backoff {policy['retry_backoff_seconds']} s "
-             f"doubling to {policy['max_backoff_seconds']} s, Retry-After up to "
-             f"{policy['max_retry_after_seconds']} s")
+        line(
+            "retries",
+            f"{policy['max_retries']}, backoff {policy['retry_backoff_seconds']} s "
+            f"doubling to {policy['max_backoff_seconds']} s, Retry-After up to "
+            f"{policy['max_retry_after_seconds']} s",
+        )
         line("request timeout", f"{policy['request_timeout_seconds']} s")
         line("pacing", f"{self.plan.config.sleep_seconds} s between request starts")
-        line("max new prompts", self.plan.config.max_new if self.plan.config.max_new is not None
-             else "no limit")
+        line(
+            "max new prompts",
+            self.plan.config.max_new if self.plan.config.max_new is not None else "no limit",
+        )
         line("extra headers", ", ".join(d["route"]["headers"]) or "none")
         line("target metadata sent", "no (evaluator only)")
         return text
@@ -569,10 +689,13 @@ prompts that were in flight when a run died (a possible extra paid draw).
         app = cast("PqidApp", self.app)
         self.recompute()
         if not self.can_start() or self.plan is None:
-            reason = ("acknowledge that the prompts go to a third party" if self.plan is not None
-                      and not self.errors and self.contacts_provider() else
-                      RUN_IN_PROGRESS if app.session.active
-                      else "fix the fields marked in the form")
+            reason = (
+                "acknowledge that the prompts go to a third party"
+                if self.plan is not None and not self.errors and self.contacts_provider()
+                else RUN_IN_PROGRESS
+                if app.session.active
+                else "fix the fields marked in the form"
+            )
             self.notify(f"Cannot start: {reason}.", severity="warning")
             return
         config = self.plan.config
@@ -599,11 +722,15 @@ def study_text(trace: dict[str, Any]) -> str:
     """Which frozen row of a PQID-Bench release these requests replicate, if any."""
     rep = trace.get("replicates")
     if isinstance(rep, dict):
-        scope = "" if rep.get("scope") == "full" else \
-            f" on {rep.get('prompts')} of its {rep.get('of')} prompts"
+        scope = (
+            ""
+            if rep.get("scope") == "full"
+            else f" on {rep.get('prompts')} of its {rep.get('of')} prompts"
+        )
         return f"replicates {rep.get('model_label')} request for request{scope}"
     closest = trace.get("closest")
     if closest:
-        return (f"replicates none; closest {closest}, "
-                f"{trace.get('differing_prompts')} prompt(s) differ")
+        return (
+            f"replicates none; closest {closest}, {trace.get('differing_prompts')} prompt(s) differ"
+        )
     return "replicates none"

@@ -25,8 +25,9 @@ from pqid_tui.widgets.plain import one_line, plain
 
 def highlighted(code: str, lexer: str, theme: str) -> Syntax:
     """Syntax highlighting over text whose control characters are already escaped."""
-    return Syntax(escape_controls(code), lexer, theme=theme, word_wrap=True,
-                  background_color="default")
+    return Syntax(
+        escape_controls(code), lexer, theme=theme, word_wrap=True, background_color="default"
+    )
 
 
 class PayloadScreen(AppScreen):
@@ -90,8 +91,16 @@ confirmation. Copying uses OSC 52, where the terminal supports it.
 
     def on_mount(self) -> None:
         table = self.query_one("#attempts", DataTable)
-        for key in ("attempt", "status", "latency", "error class", "decision", "backoff",
-                    "raw", "error"):
+        for key in (
+            "attempt",
+            "status",
+            "latency",
+            "error class",
+            "decision",
+            "backoff",
+            "raw",
+            "error",
+        ):
             table.add_column(key, key=key)
         self.query_one("#summary", Static).update(plain(f"Loading {self.prompt_id}…"))
         self.load()
@@ -120,33 +129,55 @@ confirmation. Copying uses OSC 52, where the terminal supports it.
         summary.append("request sha256 ", style="bold")
         summary.append_text(plain(d.request_sha256 or "—"))
         if d.request_sha256_ok is not None:
-            summary.append("  (matches the body)" if d.request_sha256_ok
-                           else "  (DOES NOT match the stored body)")
+            summary.append(
+                "  (matches the body)"
+                if d.request_sha256_ok
+                else "  (DOES NOT match the stored body)"
+            )
         if d.last_error:
             summary.append("\nlast error ", style="bold")
             summary.append_text(plain(d.last_error))
         self.query_one("#summary", Static).update(summary)
         self.query_one("#request", Static).update(
-            highlighted(d.request_text, "json", theme) if d.request_body is not None
-            else plain("no request recorded"))
+            highlighted(d.request_text, "json", theme)
+            if d.request_body is not None
+            else plain("no request recorded")
+        )
         table = self.query_one("#attempts", DataTable)
         table.clear()
         for a in d.attempts:
-            table.add_row(a.get("attempt", ""), a.get("status") or "",
-                          f"{a['latency_ms']} ms" if a.get("latency_ms") is not None else "",
-                          plain(a.get("error_class") or ""), plain(a.get("decision") or ""),
-                          f"{a['backoff_s']} s" if a.get("backoff_s") is not None else "",
-                          plain(a.get("raw") or ""), one_line(a.get("error") or "", 160))
+            table.add_row(
+                a.get("attempt", ""),
+                a.get("status") or "",
+                f"{a['latency_ms']} ms" if a.get("latency_ms") is not None else "",
+                plain(a.get("error_class") or ""),
+                plain(a.get("decision") or ""),
+                f"{a['backoff_s']} s" if a.get("backoff_s") is not None else "",
+                plain(a.get("raw") or ""),
+                one_line(a.get("error") or "", 160),
+            )
         raw_box = self.query_one("#raw")
         raw_box.remove_children()
         widgets: list[Static] = []
         for body in d.raw_bodies:
-            widgets.append(Static(plain(f"attempt {body.attempt}: {body.name} "
-                                        f"({len(body.data)} bytes, "
-                                        f"{'JSON' if body.is_json else 'not JSON'})"),
-                                  classes="raw-title"))
-            widgets.append(Static(highlighted(body.pretty(), "json", theme) if body.is_json
-                                  else plain(body.pretty()), classes="code"))
+            widgets.append(
+                Static(
+                    plain(
+                        f"attempt {body.attempt}: {body.name} "
+                        f"({len(body.data)} bytes, "
+                        f"{'JSON' if body.is_json else 'not JSON'})"
+                    ),
+                    classes="raw-title",
+                )
+            )
+            widgets.append(
+                Static(
+                    highlighted(body.pretty(), "json", theme)
+                    if body.is_json
+                    else plain(body.pretty()),
+                    classes="code",
+                )
+            )
         if not widgets:
             widgets.append(Static("no raw body stored", classes="muted"))
         raw_box.mount_all(widgets)
@@ -156,17 +187,22 @@ confirmation. Copying uses OSC 52, where the terminal supports it.
             self.query_one("#code", Static).update(plain("—"))
             return
         head = Text()
-        head.append_text(plain(
-            f"returned model {response.get('returned_model')}   finish "
-            f"{response.get('finish_reason')}   attempt {response.get('attempt')}   "
-            f"usage {json.dumps(response.get('usage'), sort_keys=True)}\n"))
+        head.append_text(
+            plain(
+                f"returned model {response.get('returned_model')}   finish "
+                f"{response.get('finish_reason')}   attempt {response.get('attempt')}   "
+                f"usage {json.dumps(response.get('usage'), sort_keys=True)}\n"
+            )
+        )
         head.append_text(plain(response.get("content") or "(empty content)"))
         self.query_one("#response", Static).update(head)
         code = response.get("generated_code")
         extraction = response.get("extraction") or {}
         self.query_one("#code", Static).update(
-            highlighted(code, "python", theme) if code else
-            plain(f"no code extracted ({extraction.get('method', 'unknown')})"))
+            highlighted(code, "python", theme)
+            if code
+            else plain(f"no code extracted ({extraction.get('method', 'unknown')})")
+        )
 
     def request_bytes(self) -> bytes | None:
         """The request body as the engine hashed it (canonical JSON), or None."""
@@ -199,19 +235,26 @@ confirmation. Copying uses OSC 52, where the terminal supports it.
                 return
             # The exact bytes that were hashed (the run's prompts come from the release).
             self.app.copy_to_clipboard(data.decode("utf-8"))
-            self.notify(f"Copied the request body ({len(data)} bytes), exactly as hashed: "
-                        f"sha256 {escape_controls(d.request_sha256 or '')[:16]}….",
-                        markup=False)
+            self.notify(
+                f"Copied the request body ({len(data)} bytes), exactly as hashed: "
+                f"sha256 {escape_controls(d.request_sha256 or '')[:16]}….",
+                markup=False,
+            )
             return
         response = d.response or {}
         raw = self.chosen_raw() if what == "raw" else None
         if what == "raw":
             text = raw.data.decode("utf-8", "replace") if raw is not None else ""
         else:
-            text = {"content": response.get("content") or "",
-                    "code": response.get("generated_code") or ""}[what]
-        name = {"content": "output", "code": "code",
-                "raw": f"raw body of attempt {raw.attempt}" if raw else "raw body"}[what]
+            text = {
+                "content": response.get("content") or "",
+                "code": response.get("generated_code") or "",
+            }[what]
+        name = {
+            "content": "output",
+            "code": "code",
+            "raw": f"raw body of attempt {raw.attempt}" if raw else "raw body",
+        }[what]
         if not text:
             self.notify(f"Nothing to copy (the {name} is empty).", severity="warning")
             return
@@ -220,8 +263,11 @@ confirmation. Copying uses OSC 52, where the terminal supports it.
         safe = escape_controls(text)
         self.app.copy_to_clipboard(safe)
         controls = count_controls(text)
-        changed = (f"; its {controls} control characters are written as \\x1b-style escapes"
-                   if controls else "; it holds no control characters")
+        changed = (
+            f"; its {controls} control characters are written as \\x1b-style escapes"
+            if controls
+            else "; it holds no control characters"
+        )
         self.notify(f"Copied the {name} ({len(safe)} characters){changed}.", markup=False)
 
     def action_copy_raw_exactly(self) -> None:
@@ -234,40 +280,66 @@ confirmation. Copying uses OSC 52, where the terminal supports it.
         try:
             text = raw.data.decode("utf-8")
         except UnicodeDecodeError:
-            self.notify(f"The raw body of attempt {raw.attempt} is not UTF-8 text; its exact "
-                        f"bytes are in {raw.name} in the run directory.", severity="warning",
-                        markup=False)
+            self.notify(
+                f"The raw body of attempt {raw.attempt} is not UTF-8 text; its exact "
+                f"bytes are in {raw.name} in the run directory.",
+                severity="warning",
+                markup=False,
+            )
             return
         controls = count_controls(text) > 0
 
         def answer(yes: bool | None) -> None:
             if yes:
                 self.app.copy_to_clipboard(text)
-                self.notify(f"Copied the exact raw body of attempt {raw.attempt} "
-                            f"({len(raw.data)} bytes).")
+                self.notify(
+                    f"Copied the exact raw body of attempt {raw.attempt} ({len(raw.data)} bytes)."
+                )
 
-        self.app.push_screen(ConfirmScreen(
-            f"Copy the exact raw body of attempt {raw.attempt}?",
-            "It is the provider's reply, byte for byte, and untrusted"
-            + (": it HOLDS CONTROL CHARACTERS, which a terminal obeys if you paste them into "
-               "it (a clipboard write, a screen clear, colours)." if controls
-               else "; it holds no control characters.")
-            + " r copies it with those characters escaped instead.",
-            yes="Copy the exact bytes"), answer)
+        self.app.push_screen(
+            ConfirmScreen(
+                f"Copy the exact raw body of attempt {raw.attempt}?",
+                "It is the provider's reply, byte for byte, and untrusted"
+                + (
+                    ": it HOLDS CONTROL CHARACTERS, which a terminal obeys if you paste them into "
+                    "it (a clipboard write, a screen clear, colours)."
+                    if controls
+                    else "; it holds no control characters."
+                )
+                + " r copies it with those characters escaped instead.",
+                yes="Copy the exact bytes",
+            ),
+            answer,
+        )
 
     def action_back(self) -> None:
         self.app.pop_screen()
 
     def palette_commands(self) -> list[SystemCommand]:
-        return [SystemCommand("payload: copy request body", "Copy the exact request body",
-                              lambda: self.action_copy("request")),
-                SystemCommand("payload: copy extracted code", "Copy the extracted Python "
-                              "(control characters escaped)", lambda: self.action_copy("code")),
-                SystemCommand("payload: copy output", "Copy the response content (control "
-                              "characters escaped)", lambda: self.action_copy("content")),
-                SystemCommand("payload: copy raw body", "Copy the selected attempt's raw "
-                              "provider body (control characters escaped)",
-                              lambda: self.action_copy("raw")),
-                SystemCommand("payload: copy raw body exactly", "Copy its exact bytes, after "
-                              "a confirmation", self.action_copy_raw_exactly)]
-
+        return [
+            SystemCommand(
+                "payload: copy request body",
+                "Copy the exact request body",
+                lambda: self.action_copy("request"),
+            ),
+            SystemCommand(
+                "payload: copy extracted code",
+                "Copy the extracted Python (control characters escaped)",
+                lambda: self.action_copy("code"),
+            ),
+            SystemCommand(
+                "payload: copy output",
+                "Copy the response content (control characters escaped)",
+                lambda: self.action_copy("content"),
+            ),
+            SystemCommand(
+                "payload: copy raw body",
+                "Copy the selected attempt's raw provider body (control characters escaped)",
+                lambda: self.action_copy("raw"),
+            ),
+            SystemCommand(
+                "payload: copy raw body exactly",
+                "Copy its exact bytes, after a confirmation",
+                self.action_copy_raw_exactly,
+            ),
+        ]

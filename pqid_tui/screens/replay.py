@@ -53,16 +53,23 @@ from pqid_tui.widgets.wrapping import WrappingCheckbox, WrappingLog
 if TYPE_CHECKING:
     from pqid_tui.app import PqidApp
 
-EXECUTION_NOTE = ("I understand that replay executes the model's generated code. It runs only "
-                  "inside a network-disabled, read-only Docker container with no host mounts "
-                  "and tight limits.")
+EXECUTION_NOTE = (
+    "I understand that replay executes the model's generated code. It runs only "
+    "inside a network-disabled, read-only Docker container with no host mounts "
+    "and tight limits."
+)
 # The actions bound to single letters: hidden from the footer (and refused) while the user
 # types in a text field, where those letters are text.
 LETTER_ACTIONS = frozenset({"build", "compare", "export"})
 # What the user's mistakes and the engine's refusals are called here (never a worker's name).
-FAILED = {"build_image": "Image build", "replay_run": "Replay", "compare_run": "Compare",
-          "export_files": "Export", "load_taxonomy": "Failure taxonomy",
-          "action_docker_status": "Docker status"}
+FAILED = {
+    "build_image": "Image build",
+    "replay_run": "Replay",
+    "compare_run": "Compare",
+    "export_files": "Export",
+    "load_taxonomy": "Failure taxonomy",
+    "action_docker_status": "Docker status",
+}
 
 
 class ReplayScreen(AppScreen):
@@ -134,20 +141,28 @@ same files as the batch mode.
                     yield Static("Docker", classes="section-title")
                     yield Static("checking…", id="docker-status")
                     remembered = cast("PqidApp", self.app).replay_image
-                    yield Input(remembered.get("base_image", ""), id="base_image",
-                                placeholder="base image (default python:3.11-slim)")
-                    yield Input(remembered.get("wheelhouse", ""), id="wheelhouse",
-                                placeholder="wheelhouse directory (offline, optional)")
+                    yield Input(
+                        remembered.get("base_image", ""),
+                        id="base_image",
+                        placeholder="base image (default python:3.11-slim)",
+                    )
+                    yield Input(
+                        remembered.get("wheelhouse", ""),
+                        id="wheelhouse",
+                        placeholder="wheelhouse directory (offline, optional)",
+                    )
                     yield Button("Build image", id="build")
                 with Vertical(id="run-box", classes="panel"):
                     yield Static("Run", classes="section-title")
                     yield Select([], id="run", prompt="choose a run")
-                    yield WrappingCheckbox(EXECUTION_NOTE, id="acknowledge_execution",
-                                           compact=True)
+                    yield WrappingCheckbox(EXECUTION_NOTE, id="acknowledge_execution", compact=True)
                     with Horizontal(classes="buttons"):
                         yield Button("Start replay", id="start", variant="warning")
-                    yield WrappingCheckbox("allow a partial run (restrict every row to its "
-                                           "prompts)", id="allow_partial", compact=True)
+                    yield WrappingCheckbox(
+                        "allow a partial run (restrict every row to its prompts)",
+                        id="allow_partial",
+                        compact=True,
+                    )
                     with Horizontal(classes="buttons"):
                         yield Button("Compare", id="compare")
                         yield Button("Export", id="export")
@@ -245,8 +260,7 @@ same files as the batch mode.
 
     def show_failure(self, what: str, exc: BaseException) -> None:
         message = describe_error(exc)
-        self.notify(message, title=f"{what} failed", severity="error", markup=False,
-                    timeout=12)
+        self.notify(message, title=f"{what} failed", severity="error", markup=False, timeout=12)
         self.query_one("#log", WrappingLog).write_line(f"{what} failed: {message}")
         self.query_one("#progress", ProgressBar).display = False
 
@@ -261,8 +275,9 @@ same files as the batch mode.
             text.append_text(plain(f"{s.version}  reachable\n"))
             text.append("Image ", style="bold")
             text.append_text(plain(s.image or "unknown"))
-            text.append("  present" if s.image_present else "  needs a build (Build image)",
-                        style="bold")
+            text.append(
+                "  present" if s.image_present else "  needs a build (Build image)", style="bold"
+            )
             if s.detail:
                 text.append("\n")
                 text.append_text(plain(s.detail))
@@ -295,8 +310,10 @@ same files as the batch mode.
             self.notify("Choose a run to replay.", severity="warning")
             return
         if not self.query_one("#acknowledge_execution", Checkbox).value:
-            self.notify("Replay executes generated code: tick the acknowledgement first.",
-                        severity="warning")
+            self.notify(
+                "Replay executes generated code: tick the acknowledgement first.",
+                severity="warning",
+            )
             return
         if is_evaluated(run_dir):
             from pqid_tui.screens.dialogs import ConfirmScreen
@@ -305,10 +322,15 @@ same files as the batch mode.
                 if yes:
                     self._start_replay(run_dir, overwrite=True)
 
-            self.app.push_screen(ConfirmScreen(
-                f"Replace the earlier replay of {run_dir.name}?",
-                "Its evaluations and summaries under evaluation/ are replaced by this "
-                "replay's.", yes="Replay again"), answer)
+            self.app.push_screen(
+                ConfirmScreen(
+                    f"Replace the earlier replay of {run_dir.name}?",
+                    "Its evaluations and summaries under evaluation/ are replaced by this "
+                    "replay's.",
+                    yes="Replay again",
+                ),
+                answer,
+            )
             return
         self._start_replay(run_dir, overwrite=False)
 
@@ -319,19 +341,29 @@ same files as the batch mode.
         progress.update(total=None, progress=0)
         self.query_one("#progress-text", Static).update("")
         self.query_one("#log", WrappingLog).write_line(
-            f"replaying {escape_controls(run_dir.name)}…")
+            f"replaying {escape_controls(run_dir.name)}…"
+        )
         self.remember_image()
         self.replay_run(run_dir, app.release_dir, self.options(), overwrite)
 
     @work(thread=True, exclusive=True, group="replay-docker", exit_on_error=False)
-    def replay_run(self, run_dir: Path, release_dir: Path, options: ImageOptions,
-                   overwrite: bool) -> dict[str, int] | None:
+    def replay_run(
+        self, run_dir: Path, release_dir: Path, options: ImageOptions, overwrite: bool
+    ) -> dict[str, int] | None:
         acknowledged = self.app.call_from_thread(
-            lambda: self.query_one("#acknowledge_execution", Checkbox).value)
+            lambda: self.query_one("#acknowledge_execution", Checkbox).value
+        )
         with self.failure("Replay"):
-            return dict(self.service.replay(run_dir, release_dir, options, self._post_event,
-                                            acknowledge_code_execution=acknowledged,
-                                            overwrite=overwrite))
+            return dict(
+                self.service.replay(
+                    run_dir,
+                    release_dir,
+                    options,
+                    self._post_event,
+                    acknowledge_code_execution=acknowledged,
+                    overwrite=overwrite,
+                )
+            )
         return None
 
     def on_replay_screen_engine_event(self, message: EngineEvent) -> None:
@@ -341,22 +373,28 @@ same files as the batch mode.
         if isinstance(event, ImageBuildLog):
             log.write_line(escape_controls(event.line))
         elif isinstance(event, ImageReady):
-            log.write_line(escape_controls(f"image ready: {event.tag}"
-                                           + (" (built)" if event.built else " (reused)")))
+            log.write_line(
+                escape_controls(
+                    f"image ready: {event.tag}" + (" (built)" if event.built else " (reused)")
+                )
+            )
         elif isinstance(event, EvaluationStarted):
             bar.update(total=event.total)
-            self.query_one("#progress-text", Static).update(plain(
-                f"evaluating {event.index + 1}/{event.total}: {event.prompt_id}"))
+            self.query_one("#progress-text", Static).update(
+                plain(f"evaluating {event.index + 1}/{event.total}: {event.prompt_id}")
+            )
         elif isinstance(event, EvaluationFinished):
             bar.update(total=event.total, progress=event.index + 1)
-            self.query_one("#progress-text", Static).update(plain(
-                f"{event.index + 1}/{event.total}: {event.prompt_id} → {event.category}"))
+            self.query_one("#progress-text", Static).update(
+                plain(f"{event.index + 1}/{event.total}: {event.prompt_id} → {event.category}")
+            )
         elif isinstance(event, ReplayFinished):
             counts = ", ".join(f"{k} {v}" for k, v in sorted(event.counts.items()))
             log.write_line(escape_controls(f"replay finished: {counts}"))
             if self.run_dir is not None and Path(event.output_dir).parent == self.run_dir:
-                self.query_one("#progress-text", Static).update(plain(
-                    f"replay of {self.run_dir.name} finished; outputs in {event.output_dir}"))
+                self.query_one("#progress-text", Static).update(
+                    plain(f"replay of {self.run_dir.name} finished; outputs in {event.output_dir}")
+                )
 
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
@@ -367,8 +405,11 @@ same files as the batch mode.
             message = describe_error(worker.error)
             what = FAILED.get(worker.name, "The last action")
             self.query_one("#log", WrappingLog).write_line(f"{what} failed: {message}")
-        elif (event.state == WorkerState.SUCCESS and worker.name == "replay_run"
-              and worker.result is not None):
+        elif (
+            event.state == WorkerState.SUCCESS
+            and worker.name == "replay_run"
+            and worker.result is not None
+        ):
             self.load_taxonomy()
             self.action_compare()
 
@@ -378,8 +419,9 @@ same files as the batch mode.
             self.notify("Choose a run to compare.", severity="warning")
             return
         app = cast("PqidApp", self.app)
-        self.compare_run(self.run_dir, app.release_dir,
-                         self.query_one("#allow_partial", Checkbox).value)
+        self.compare_run(
+            self.run_dir, app.release_dir, self.query_one("#allow_partial", Checkbox).value
+        )
 
     @work(thread=True, exclusive=True, group="replay-compare", exit_on_error=False)
     def compare_run(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> None:
@@ -405,8 +447,7 @@ same files as the batch mode.
         if c is None:
             return
         note = Text()
-        note.append(f"{c.prompt_count} prompts; rates over every selected prompt",
-                    style="bold")
+        note.append(f"{c.prompt_count} prompts; rates over every selected prompt", style="bold")
         if c.partial:
             note.append("  PARTIAL: every row is restricted to the run's prompts", style="bold")
         if c.note:
@@ -420,15 +461,21 @@ same files as the batch mode.
         keys = [col.key for col in columns]
         default = "rank" if "rank" in keys else c.primary or (c.metrics[0] if c.metrics else None)
         key = table.sort_key if table.sort_key in keys else default
-        table.show(columns, c.table_rows(), sort_key=key,
-                   reverse=table.sort_reverse if key == table.sort_key else None,
-                   fixed=keys.index("row") + 1)
+        table.show(
+            columns,
+            c.table_rows(),
+            sort_key=key,
+            reverse=table.sort_reverse if key == table.sort_key else None,
+            fixed=keys.index("row") + 1,
+        )
         self.show_chart()
         self.show_subtables(c.tables)
         # Into the table, unless the user is typing or choosing something elsewhere.
         focused = self.focused
-        if not (isinstance(focused, Input | SortableTable)
-                or (isinstance(focused, Select) and focused.expanded)):
+        if not (
+            isinstance(focused, Input | SortableTable)
+            or (isinstance(focused, Select) and focused.expanded)
+        ):
             table.focus()
 
     def chart_metric(self) -> str | None:
@@ -454,10 +501,15 @@ same files as the batch mode.
         rows = sorted(c.rows, key=lambda r: -r.rate(metric) if metric in r.counts else 1.0)
         chart.title = f"{c.label_of(metric)}, highest first"
         chart.rows = tuple(
-            BarRow(r.name, r.rate(metric) if metric in r.counts else None,
-                   f"({r.counts.get(metric, 0)}/{r.denominator_of(metric)})"
-                   + (" partial" if r.partial else ""), r.is_candidate)
-            for r in rows)
+            BarRow(
+                r.name,
+                r.rate(metric) if metric in r.counts else None,
+                f"({r.counts.get(metric, 0)}/{r.denominator_of(metric)})"
+                + (" partial" if r.partial else ""),
+                r.is_candidate,
+            )
+            for r in rows
+        )
 
     def show_subtables(self, tables: tuple[SubTable, ...]) -> None:
         box = self.query_one("#subtables", Vertical)
@@ -470,8 +522,12 @@ same files as the batch mode.
             widgets.append(table)
             box.mount_all(widgets)
             keys = [col.key for col in sub.columns]
-            table.show(sub.columns, sub.rows, sort_key=sub.sort_key,
-                       fixed=keys.index("row") + 1 if "row" in keys else 0)
+            table.show(
+                sub.columns,
+                sub.rows,
+                sort_key=sub.sort_key,
+                fixed=keys.index("row") + 1 if "row" in keys else 0,
+            )
 
     @on(SortableTable.Sorted, "#comparison")
     def _sorted(self) -> None:
@@ -480,14 +536,27 @@ same files as the batch mode.
     def show_taxonomy(self, taxonomy: dict[str, int]) -> None:
         table = self.query_one("#taxonomy", SortableTable)
         total = sum(taxonomy.values())
-        rows = [Row(category, {
-            "category": Cell(category, category), "count": Cell(str(count), count),
-            "share": Cell(f"{count / total * 100:.1f}%" if total else "", count)})
-            for category, count in taxonomy.items()]
-        table.show((Column("category", "category"), Column("count", "count", numeric=True),
-                    Column("share", "share", numeric=True)), rows,
-                   sort_key=table.sort_key, reverse=table.sort_reverse if table.sort_key
-                   else None)
+        rows = [
+            Row(
+                category,
+                {
+                    "category": Cell(category, category),
+                    "count": Cell(str(count), count),
+                    "share": Cell(f"{count / total * 100:.1f}%" if total else "", count),
+                },
+            )
+            for category, count in taxonomy.items()
+        ]
+        table.show(
+            (
+                Column("category", "category"),
+                Column("count", "count", numeric=True),
+                Column("share", "share", numeric=True),
+            ),
+            rows,
+            sort_key=table.sort_key,
+            reverse=table.sort_reverse if table.sort_key else None,
+        )
 
     @on(Select.Changed, "#run")
     def _run_changed(self) -> None:
@@ -510,8 +579,9 @@ same files as the batch mode.
             self.notify("Choose a run to export.", severity="warning")
             return
         app = cast("PqidApp", self.app)
-        self.export_files(self.run_dir, app.release_dir,
-                          self.query_one("#allow_partial", Checkbox).value)
+        self.export_files(
+            self.run_dir, app.release_dir, self.query_one("#allow_partial", Checkbox).value
+        )
 
     @work(thread=True, exclusive=True, group="replay-export", exit_on_error=False)
     def export_files(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> None:
@@ -519,28 +589,37 @@ same files as the batch mode.
             paths = self.service.export(run_dir, release_dir, allow_partial=allow_partial)
             names = ", ".join(escape_controls(p.name) for p in paths)
             where = escape_controls(str(paths[0].parent)) if paths else str(run_dir)
-            self.app.call_from_thread(self.notify, f"Exported {names} to {where}",
-                                      title="Export", markup=False, timeout=12)
-            self.app.call_from_thread(self.query_one("#log", WrappingLog).write_line,
-                                      f"exported to {where}: {names}")
+            self.app.call_from_thread(
+                self.notify,
+                f"Exported {names} to {where}",
+                title="Export",
+                markup=False,
+                timeout=12,
+            )
+            self.app.call_from_thread(
+                self.query_one("#log", WrappingLog).write_line, f"exported to {where}: {names}"
+            )
 
     # -- buttons and navigation ------------------------------------------------------------------
     @on(Button.Pressed)
     def _button(self, event: Button.Pressed) -> None:
-        {"build": self.action_build, "start": self.action_replay,
-         "compare": self.action_compare, "export": self.action_export}[str(event.button.id)]()
+        {
+            "build": self.action_build,
+            "start": self.action_replay,
+            "compare": self.action_compare,
+            "export": self.action_export,
+        }[str(event.button.id)]()
 
     def action_back(self) -> None:
         self.app.pop_screen()
 
     def palette_commands(self) -> list[SystemCommand]:
-        return [SystemCommand("replay: start", "Replay the chosen run in Docker",
-                              self.action_replay),
-                SystemCommand("replay: build image", "Build the evaluator image",
-                              self.action_build),
-                SystemCommand("replay: compare", "Compare with the frozen matrix",
-                              self.action_compare),
-                SystemCommand("replay: export", "Write the comparison files",
-                              self.action_export),
-                SystemCommand("replay: docker status", "Check the Docker Engine again",
-                              self.action_docker_status)]
+        return [
+            SystemCommand("replay: start", "Replay the chosen run in Docker", self.action_replay),
+            SystemCommand("replay: build image", "Build the evaluator image", self.action_build),
+            SystemCommand("replay: compare", "Compare with the frozen matrix", self.action_compare),
+            SystemCommand("replay: export", "Write the comparison files", self.action_export),
+            SystemCommand(
+                "replay: docker status", "Check the Docker Engine again", self.action_docker_status
+            ),
+        ]

@@ -83,8 +83,10 @@ class CompareRow:
         n = self.denominator_of(metric)
         if not n:
             return Cell(f"- (0/{n})", None)
-        return Cell(f"{self.rate(metric) * 100:.{decimals}f}% ({self.counts[metric]}/{n})",
-                    self.rate(metric))
+        return Cell(
+            f"{self.rate(metric) * 100:.{decimals}f}% ({self.counts[metric]}/{n})",
+            self.rate(metric),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +130,12 @@ class Comparison:
     def columns(self) -> tuple[Column, ...]:
         """Every column of the comparison table, left to right."""
         named = any(r.display_name and r.display_name != r.label for r in self.rows)
-        cols = [*self.lead_columns, Column("row", "row"), Column("kind", "kind"),
-                Column("n", "n", numeric=True)]
+        cols = [
+            *self.lead_columns,
+            Column("row", "row"),
+            Column("kind", "kind"),
+            Column("n", "n", numeric=True),
+        ]
         if any(r.answered is not None for r in self.rows):
             cols.append(Column("answered", "answered", numeric=True))
         for m in self.metrics:
@@ -146,9 +152,12 @@ class Comparison:
         out = []
         for i, r in enumerate(self.rows):
             cells: dict[str, Cell] = {
-                "row": Cell(r.name, r.name), "label": Cell(r.label, r.label),
-                "kind": Cell(r.kind, r.kind), "n": Cell(str(r.denominator), r.denominator),
-                "partial": Cell("partial" if r.partial else "", "partial" if r.partial else "")}
+                "row": Cell(r.name, r.name),
+                "label": Cell(r.label, r.label),
+                "kind": Cell(r.kind, r.kind),
+                "n": Cell(str(r.denominator), r.denominator),
+                "partial": Cell("partial" if r.partial else "", "partial" if r.partial else ""),
+            }
             if r.answered is not None:
                 cells["answered"] = Cell(str(r.answered), r.answered)
             cells.update({m: r.rate_cell(m, self.decimals) for m in self.metrics})
@@ -164,9 +173,16 @@ class ReplayService(Protocol):
 
     def build_image(self, options: ImageOptions, progress: ProgressCallback) -> str: ...
 
-    def replay(self, run_dir: Path, release_dir: Path, options: ImageOptions,
-               progress: ProgressCallback, *, acknowledge_code_execution: bool,
-               overwrite: bool) -> dict[str, int]: ...
+    def replay(
+        self,
+        run_dir: Path,
+        release_dir: Path,
+        options: ImageOptions,
+        progress: ProgressCallback,
+        *,
+        acknowledge_code_execution: bool,
+        overwrite: bool,
+    ) -> dict[str, int]: ...
 
     def compare(self, run_dir: Path, release_dir: Path, *, allow_partial: bool) -> Comparison: ...
 
@@ -184,9 +200,12 @@ class EngineReplayService:
     def _runner(self, options: ImageOptions) -> Any:
         from engine.replay.docker import DockerEvaluatorRunner
 
-        runner = DockerEvaluatorRunner(base_image=options.base_image,
-                                       wheelhouse=options.wheelhouse,
-                                       requirements=options.requirements, client=self._client)
+        runner = DockerEvaluatorRunner(
+            base_image=options.base_image,
+            wheelhouse=options.wheelhouse,
+            requirements=options.requirements,
+            client=self._client,
+        )
         self._client = runner.client
         return runner
 
@@ -212,31 +231,53 @@ class EngineReplayService:
                 client.images.get(runner.base_image)
             except ImageNotFound:
                 # The engine's words are for the batch mode's flags; these are the screen's.
-                return DockerStatus(True, version, None, False, (
-                    f"the base image {runner.base_image} is not on this Docker Engine: Build "
-                    "image pulls it (a registry must be reachable), or enter a local base "
-                    "image above (one made by .ci/base-image, for instance)"))
+                return DockerStatus(
+                    True,
+                    version,
+                    None,
+                    False,
+                    (
+                        f"the base image {runner.base_image} is not on this Docker Engine: Build "
+                        "image pulls it (a registry must be reachable), or enter a local base "
+                        "image above (one made by .ci/base-image, for instance)"
+                    ),
+                )
             return DockerStatus(True, version, None, False, str(exc))
         try:
             client.images.get(tag)
             present = True
         except ImageNotFound:
             present = False
-        return DockerStatus(True, version, tag, present,
-                            "" if present else "the evaluator image needs a build")
+        return DockerStatus(
+            True, version, tag, present, "" if present else "the evaluator image needs a build"
+        )
 
     def build_image(self, options: ImageOptions, progress: ProgressCallback) -> str:
         return str(self._runner(options).ensure_image(build=True, progress=progress))
 
-    def replay(self, run_dir: Path, release_dir: Path, options: ImageOptions,
-               progress: ProgressCallback, *, acknowledge_code_execution: bool,
-               overwrite: bool) -> dict[str, int]:
+    def replay(
+        self,
+        run_dir: Path,
+        release_dir: Path,
+        options: ImageOptions,
+        progress: ProgressCallback,
+        *,
+        acknowledge_code_execution: bool,
+        overwrite: bool,
+    ) -> dict[str, int]:
         from engine.replay.replay import replay
 
-        result = replay(release_dir, run_dir / RESPONSES, run_dir / EVALUATION_DIR,
-                        acknowledge_code_execution=acknowledge_code_execution,
-                        base_image=options.base_image, wheelhouse=options.wheelhouse,
-                        progress=progress, runner=self._runner(options), overwrite=overwrite)
+        result = replay(
+            release_dir,
+            run_dir / RESPONSES,
+            run_dir / EVALUATION_DIR,
+            acknowledge_code_execution=acknowledge_code_execution,
+            base_image=options.base_image,
+            wheelhouse=options.wheelhouse,
+            progress=progress,
+            runner=self._runner(options),
+            overwrite=overwrite,
+        )
         return {k: int(v) for k, v in result.summary.get("categories", {}).items() if v}
 
     def _compare(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> Any:
@@ -254,8 +295,13 @@ class EngineReplayService:
         except (OSError, ValueError, AttributeError):
             selected = []
         # Like `--batch demo`: on a run over several splits, the publishable test split.
-        return compare(release, path, candidate_manifest=manifest, allow_partial=allow_partial,
-                       split=publishable_split(release, selected))
+        return compare(
+            release,
+            path,
+            candidate_manifest=manifest,
+            allow_partial=allow_partial,
+            split=publishable_split(release, selected),
+        )
 
     def compare(self, run_dir: Path, release_dir: Path, *, allow_partial: bool) -> Comparison:
         return comparison_from_engine(self._compare(run_dir, release_dir, allow_partial).data)
@@ -301,14 +347,22 @@ def gap_cell(value: float | None, decimals: int = 1) -> Cell:
 
 def _legacy_table(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Flat entries from a comparison without `table` (the earlier pqid-comparison/1 shape)."""
+
     def entry(row: Mapping[str, Any], candidate: bool) -> dict[str, Any]:
         summary = row["summary"]
-        return {"label": row["label"], "display_name": row.get("display_name"),
-                "kind": "candidate" if candidate else row["kind"], "candidate": candidate,
-                "rank": None, "selected": summary["selected"], "answered": summary["answered"],
-                "infrastructure_failures": summary["infrastructure_failures"]["count"],
-                "metrics": {k: v["over_selected"] for k, v in summary["rates"].items()},
-                "gaps_pp": {}, "paired": None if candidate else row.get("paired")}
+        return {
+            "label": row["label"],
+            "display_name": row.get("display_name"),
+            "kind": "candidate" if candidate else row["kind"],
+            "candidate": candidate,
+            "rank": None,
+            "selected": summary["selected"],
+            "answered": summary["answered"],
+            "infrastructure_failures": summary["infrastructure_failures"]["count"],
+            "metrics": {k: v["over_selected"] for k, v in summary["rates"].items()},
+            "gaps_pp": {},
+            "paired": None if candidate else row.get("paired"),
+        }
 
     return [entry(data["candidate"], True)] + [entry(r, False) for r in data["rows"]]
 
@@ -316,9 +370,18 @@ def _legacy_table(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 Gap = tuple[str, str, str | None, str | None]  # key, label, minuend and subtrahend metrics
 
 
-def _view(entries: Sequence[Mapping[str, Any]], metrics: tuple[str, ...], labels: dict[str, str],
-          gaps: list[Gap], partial: bool, prompt_count: int, *, note: str = "",
-          primary: str | None = None, decimals: int = 1) -> Comparison:
+def _view(
+    entries: Sequence[Mapping[str, Any]],
+    metrics: tuple[str, ...],
+    labels: dict[str, str],
+    gaps: list[Gap],
+    partial: bool,
+    prompt_count: int,
+    *,
+    note: str = "",
+    primary: str | None = None,
+    decimals: int = 1,
+) -> Comparison:
     """The comparison's table from flat entries: every metric, gap and paired difference the
     entries hold, a rank when the engine gives one."""
     placed: dict[str, tuple[Column, ...]] = {}
@@ -334,8 +397,7 @@ def _view(entries: Sequence[Mapping[str, Any]], metrics: tuple[str, ...], labels
     if any(e.get("infrastructure_failures") for e in entries):
         extra.append(Column("infra", "infra", numeric=True))
     paired_keys = [k for k in metrics if any(k in (e.get("paired") or {}) for e in entries)]
-    extra += [Column(f"paired:{k}", f"vs {labels.get(k, k)}", numeric=True)
-              for k in paired_keys]
+    extra += [Column(f"paired:{k}", f"vs {labels.get(k, k)}", numeric=True) for k in paired_keys]
     ranked = any(e.get("rank") is not None for e in entries)
     lead = (Column("rank", "rank", numeric=True, descending=False),) if ranked else ()
 
@@ -352,15 +414,33 @@ def _view(entries: Sequence[Mapping[str, Any]], metrics: tuple[str, ...], labels
         for k in paired_keys:
             cells[f"paired:{k}"] = paired_cell((e.get("paired") or {}).get(k))
         found = {k: v for k, v in (e.get("metrics") or {}).items() if k in metrics}
-        rows.append(CompareRow(
-            str(e["label"]), str(e["kind"]), int(e["selected"]),
-            {k: int(v["count"]) for k, v in found.items()}, partial,
-            None if e.get("answered") is None else int(e["answered"]),
-            display_name=e.get("display_name"), candidate=bool(e.get("candidate")),
-            extra=cells, denominators={k: int(v["denominator"]) for k, v in found.items()}))
-    return Comparison(prompt_count, partial, tuple(rows), metrics, note, metric_labels=labels,
-                      lead_columns=lead, extra_columns=tuple(extra), primary=primary,
-                      placed=placed, decimals=decimals)
+        rows.append(
+            CompareRow(
+                str(e["label"]),
+                str(e["kind"]),
+                int(e["selected"]),
+                {k: int(v["count"]) for k, v in found.items()},
+                partial,
+                None if e.get("answered") is None else int(e["answered"]),
+                display_name=e.get("display_name"),
+                candidate=bool(e.get("candidate")),
+                extra=cells,
+                denominators={k: int(v["denominator"]) for k, v in found.items()},
+            )
+        )
+    return Comparison(
+        prompt_count,
+        partial,
+        tuple(rows),
+        metrics,
+        note,
+        metric_labels=labels,
+        lead_columns=lead,
+        extra_columns=tuple(extra),
+        primary=primary,
+        placed=placed,
+        decimals=decimals,
+    )
 
 
 def comparison_from_engine(data: dict[str, Any]) -> Comparison:
@@ -376,8 +456,10 @@ def comparison_from_engine(data: dict[str, Any]) -> Comparison:
         named = [(k, lab) for k, lab, _f in ENGINE_METRICS if k in rates]
     metrics = tuple(k for k, _l in named)
     labels = dict(named)
-    gaps: list[Gap] = [(str(g["key"]), str(g.get("label") or g["key"]), g.get("minuend"),
-                        g.get("subtrahend")) for g in data.get("gaps") or ()]
+    gaps: list[Gap] = [
+        (str(g["key"]), str(g.get("label") or g["key"]), g.get("minuend"), g.get("subtrahend"))
+        for g in data.get("gaps") or ()
+    ]
     primary = data.get("rank_metric") if data.get("rank_metric") in metrics else None
     # PQID-Bench publishes its rates with two decimals (91.22%); the batch mode prints them so.
     decimals = 2 if data.get("contract") == CONTRACT_PQID_BENCH else 1
@@ -387,21 +469,39 @@ def comparison_from_engine(data: dict[str, Any]) -> Comparison:
     else:
         notes.append("not publishable: " + "; ".join(data.get("not_publishable_reasons") or []))
     entries = data.get("table") or _legacy_table(data)
-    main = _view(entries, metrics, labels, gaps, partial, int(data["selection"]["selected"]),
-                 note=" | ".join(notes), primary=primary, decimals=decimals)
+    main = _view(
+        entries,
+        metrics,
+        labels,
+        gaps,
+        partial,
+        int(data["selection"]["selected"]),
+        note=" | ".join(notes),
+        primary=primary,
+        decimals=decimals,
+    )
     subset = data.get("identifiability")
     if not (isinstance(subset, Mapping) and subset.get("table")):
         return main
-    view = _view(subset["table"], metrics, labels, gaps, partial, int(subset["selected"]),
-                 decimals=decimals)
+    view = _view(
+        subset["table"], metrics, labels, gaps, partial, int(subset["selected"]), decimals=decimals
+    )
     left_out = list(subset.get("left_out_of_selection") or [])
-    note = (f"the selection without the {len(left_out)} prompts that the study's "
-            f"identifiability analysis leaves out ({', '.join(left_out)})" if left_out
-            else "no selected prompt is left out by the study's identifiability analysis")
+    note = (
+        f"the selection without the {len(left_out)} prompts that the study's "
+        f"identifiability analysis leaves out ({', '.join(left_out)})"
+        if left_out
+        else "no selected prompt is left out by the study's identifiability analysis"
+    )
     if subset.get("source"):
         note += f"; source {subset['source']}"
-    table = SubTable(f"Identifiability subset: {subset['selected']} prompts", view.columns(),
-                     view.table_rows(), note, "rank" if view.lead_columns else primary)
+    table = SubTable(
+        f"Identifiability subset: {subset['selected']} prompts",
+        view.columns(),
+        view.table_rows(),
+        note,
+        "rank" if view.lead_columns else primary,
+    )
     return replace(main, tables=(table,))
 
 

@@ -27,14 +27,32 @@ from pqid_tui.textsafe import escape_controls
 
 # Theme variable behind each state's colour (resolved against the running theme).
 STATE_VARIABLES = {
-    "pending": "text-muted", "in_flight": "accent", "saving": "accent", "retrying": "warning",
-    "success": "success", "error": "error", "uncertain": "warning", "skipped": "text-muted",
+    "pending": "text-muted",
+    "in_flight": "accent",
+    "saving": "accent",
+    "retrying": "warning",
+    "success": "success",
+    "error": "error",
+    "uncertain": "warning",
+    "skipped": "text-muted",
 }
 STATE_LABELS = {"in_flight": "in flight"}
 # The "state" sort: what needs attention first.
-STATE_ORDER: dict[str, int] = {state: i for i, state in enumerate(
-    (PromptState.ERROR, PromptState.UNCERTAIN, PromptState.RETRYING, PromptState.IN_FLIGHT,
-     PromptState.SAVING, PromptState.PENDING, PromptState.SKIPPED, PromptState.SUCCESS))}
+STATE_ORDER: dict[str, int] = {
+    state: i
+    for i, state in enumerate(
+        (
+            PromptState.ERROR,
+            PromptState.UNCERTAIN,
+            PromptState.RETRYING,
+            PromptState.IN_FLIGHT,
+            PromptState.SAVING,
+            PromptState.PENDING,
+            PromptState.SKIPPED,
+            PromptState.SUCCESS,
+        )
+    )
+}
 
 
 def next_attempt_text(when: float | None) -> str:
@@ -77,7 +95,10 @@ class PromptTable(ScrollView, can_focus=True):
     }
     """
     COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "prompt-table--header", "prompt-table--cursor", "prompt-table--even"}
+        "prompt-table--header",
+        "prompt-table--cursor",
+        "prompt-table--even",
+    }
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "cursor(-1)", "Up", show=False),
         Binding("down", "cursor(1)", "Down", show=False),
@@ -89,8 +110,13 @@ class PromptTable(ScrollView, can_focus=True):
     ]
     # (key, label, width); the last column takes the remaining width.
     COLUMNS: ClassVar[tuple[tuple[str, str, int], ...]] = (
-        ("mark", " ", 2), ("prompt", "prompt", 0), ("state", "state", 10),
-        ("attempt", "attempt", 8), ("next", "next try", 10), ("error", "error / note", 0))
+        ("mark", " ", 2),
+        ("prompt", "prompt", 0),
+        ("state", "state", 10),
+        ("attempt", "attempt", 8),
+        ("next", "next try", 10),
+        ("error", "error / note", 0),
+    )
 
     cursor_row: reactive[int] = reactive(0, always_update=True)
 
@@ -140,7 +166,8 @@ class PromptTable(ScrollView, can_focus=True):
         self._state_styles = {
             state: Style.parse(value) if value.startswith("#") else Style(dim=True)
             for state, var in STATE_VARIABLES.items()
-            for value in [variables.get(var, "")]}
+            for value in [variables.get(var, "")]
+        }
         self.refresh()
 
     # -- data --------------------------------------------------------------------------------
@@ -160,8 +187,12 @@ class PromptTable(ScrollView, can_focus=True):
 
     # -- filter, search, sort ------------------------------------------------------------------
     SORT_CYCLE: ClassVar[tuple[str | None, ...]] = (None, "state", "prompt", "attempts")
-    ONLY_CYCLE: ClassVar[tuple[str | None, ...]] = (None, PromptState.ERROR, PromptState.UNCERTAIN,
-                                                    PromptState.RETRYING)
+    ONLY_CYCLE: ClassVar[tuple[str | None, ...]] = (
+        None,
+        PromptState.ERROR,
+        PromptState.UNCERTAIN,
+        PromptState.RETRYING,
+    )
     SORTS: ClassVar[dict[str, Callable[[PromptRow], tuple[object, ...]]]] = {
         "prompt": lambda r: (r.prompt_id,),
         "state": lambda r: (STATE_ORDER.get(r.state, 99), r.prompt_id),
@@ -195,8 +226,13 @@ class PromptTable(ScrollView, can_focus=True):
         if current in self._index:
             self.cursor_row = self._index[current]
 
-    def set_view(self, *, search: str | None = None, only: str | bool | None = False,
-                 sort_key: str | bool | None = False) -> None:
+    def set_view(
+        self,
+        *,
+        search: str | None = None,
+        only: str | bool | None = False,
+        sort_key: str | bool | None = False,
+    ) -> None:
         """Change the filter (`search`, `only`) or the sort; False leaves a part as it is."""
         if search is not None:
             self.search = search
@@ -263,14 +299,18 @@ class PromptTable(ScrollView, can_focus=True):
 
     def cells(self, row: PromptRow) -> dict[str, str]:
         """The text of each column of a row (plain strings; never markup)."""
-        return {"mark": "•" if row.prompt_id in self.marked else "",
-                "prompt": row.prompt_id,
-                "state": STATE_LABELS.get(row.state, row.state),
-                "attempt": str(row.attempt or ""),
-                "next": next_attempt_text(row.next_attempt_at if row.state == PromptState.RETRYING
-                                          else None),
-                "error": (row.error or "") if row.state != PromptState.SUCCESS else (
-                    f"⚠ {row.note}" if row.note else "")}
+        return {
+            "mark": "•" if row.prompt_id in self.marked else "",
+            "prompt": row.prompt_id,
+            "state": STATE_LABELS.get(row.state, row.state),
+            "attempt": str(row.attempt or ""),
+            "next": next_attempt_text(
+                row.next_attempt_at if row.state == PromptState.RETRYING else None
+            ),
+            "error": (row.error or "")
+            if row.state != PromptState.SUCCESS
+            else (f"⚠ {row.note}" if row.note else ""),
+        }
 
     def cursor_prompt(self) -> str | None:
         if not self.ids:
@@ -307,23 +347,26 @@ class PromptTable(ScrollView, can_focus=True):
             if key in fixed and sum(fixed.values()) + prompt + 16 > total:
                 fixed[key] = 0
         prompt = max(8, min(prompt, total - sum(fixed.values()) - 4))
-        widths = [prompt if key == "prompt" else fixed.get(key, 0)
-                  for key, _, _ in self.COLUMNS]
+        widths = [prompt if key == "prompt" else fixed.get(key, 0) for key, _, _ in self.COLUMNS]
         widths[-1] = max(4, total - sum(widths[:-1]))
         return widths
 
     def _row_cells(self, row: PromptRow) -> list[str]:
         cells = self.cells(row)
-        return [_fit(cells[key], width) for (key, _, _), width in
-                zip(self.COLUMNS, self._widths(), strict=True)]
+        return [
+            _fit(cells[key], width)
+            for (key, _, _), width in zip(self.COLUMNS, self._widths(), strict=True)
+        ]
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         base = self.rich_style
         if y == 0:
             style = base + self.get_component_rich_style("prompt-table--header")
-            text = "".join(_fit(label, w) for (_, label, _), w in
-                           zip(self.COLUMNS, self._widths(), strict=True))
+            text = "".join(
+                _fit(label, w)
+                for (_, label, _), w in zip(self.COLUMNS, self._widths(), strict=True)
+            )
             return Strip([Segment(_fit(text, width), style)], width)
         index = self.scroll_offset.y + y - 1
         if index >= len(self.ids):
@@ -402,11 +445,16 @@ Prompts waiting for a backoff (*retrying*, then *in flight* again until they suc
 ended in a terminal *error*, or *uncertain* (in flight when an earlier run stopped: the
 provider may have answered and billed them). Each shows its last error."""
     COLUMNS: ClassVar[tuple[tuple[str, str, int], ...]] = (
-        ("mark", " ", 2), ("prompt", "prompt", 0), ("state", "state", 10),
-        ("next", "next try", 10), ("error", "last error", 0))
+        ("mark", " ", 2),
+        ("prompt", "prompt", 0),
+        ("state", "state", 10),
+        ("next", "next try", 10),
+        ("error", "last error", 0),
+    )
 
-    def apply(self, rows: Iterable[PromptRow],
-              everything: Callable[[], list[PromptRow]] | None = None) -> None:
+    def apply(
+        self, rows: Iterable[PromptRow], everything: Callable[[], list[PromptRow]] | None = None
+    ) -> None:
         """Add or update the changed rows that belong in the queue, drop those that left."""
         rows = list(rows)
         leaving = {r.prompt_id for r in rows if not in_retry_queue(r) and self.has_row(r.prompt_id)}

@@ -64,6 +64,7 @@ def sort_rows(rows: Sequence[Row], key: str, reverse: bool) -> list[Row]:
 
     The sort is stable, so rows with equal values keep their order.
     """
+
     def value(row: Row) -> SortValue:
         cell = row.cells.get(key)
         return None if cell is None else cell.value
@@ -112,8 +113,9 @@ stay at the bottom in both directions.
             return self.table
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(id=id, classes=classes, cursor_type="column", zebra_stripes=True,
-                         show_cursor=False)
+        super().__init__(
+            id=id, classes=classes, cursor_type="column", zebra_stripes=True, show_cursor=False
+        )
         self.table_columns: tuple[Column, ...] = ()
         self.table_rows: tuple[Row, ...] = ()
         self.sort_key: str | None = None
@@ -127,8 +129,15 @@ stay at the bottom in both directions.
         self.show_cursor = False
 
     # -- content ---------------------------------------------------------------------------------
-    def show(self, columns: Sequence[Column], rows: Sequence[Row], *,
-             sort_key: str | None = None, reverse: bool | None = None, fixed: int = 0) -> None:
+    def show(
+        self,
+        columns: Sequence[Column],
+        rows: Sequence[Row],
+        *,
+        sort_key: str | None = None,
+        reverse: bool | None = None,
+        fixed: int = 0,
+    ) -> None:
         """Replace the content; sorted by `sort_key` (default direction per column) if given.
 
         The first `fixed` columns stay in view when the table scrolls sideways, unless they
@@ -136,18 +145,19 @@ stay at the bottom in both directions.
         """
         self.table_columns = tuple(columns)
         self.table_rows = tuple(rows)
-        pinned = sum(self.column_width(c) + 2 * self.cell_padding
-                     for c in self.table_columns[:fixed])
+        pinned = sum(
+            self.column_width(c) + 2 * self.cell_padding for c in self.table_columns[:fixed]
+        )
         self.fixed_columns = fixed if pinned <= self.app.size.width * 2 // 3 else 0
         keys = {c.key for c in self.table_columns}
         self.sort_key = sort_key if sort_key in keys else None
         if self.sort_key is not None:
-            self.sort_reverse = self._default_reverse(self.sort_key) if reverse is None \
-                else reverse
+            self.sort_reverse = self._default_reverse(self.sort_key) if reverse is None else reverse
         self._rebuild(scroll=False)
         if self.sort_key is not None:  # the cursor starts on the sorted column: `s` reverses
-            self.move_cursor(column=[c.key for c in self.table_columns].index(self.sort_key),
-                             scroll=False)
+            self.move_cursor(
+                column=[c.key for c in self.table_columns].index(self.sort_key), scroll=False
+            )
         # New content starts at the left edge, scrolled only as far as the cursor needs; a
         # table shown for the first time has no size until it is laid out, so after that.
         self.call_after_refresh(self._scroll_home_to_cursor)
@@ -165,8 +175,11 @@ stay at the bottom in both directions.
 
     def column_width(self, column: Column) -> int:
         """The width that shows the header (with a sort mark) and every cell in full."""
-        cells = [cell_len(escape_controls(r.cells[column.key].text)) for r in self.table_rows
-                 if column.key in r.cells]
+        cells = [
+            cell_len(escape_controls(r.cells[column.key].text))
+            for r in self.table_rows
+            if column.key in r.cells
+        ]
         return max([cell_len(escape_controls(column.label)) + _MARK_WIDTH, *cells])
 
     # -- sorting ---------------------------------------------------------------------------------
@@ -179,8 +192,7 @@ stay at the bottom in both directions.
         if key not in {c.key for c in self.table_columns}:
             return
         if reverse is None:
-            reverse = (not self.sort_reverse if key == self.sort_key
-                       else self._default_reverse(key))
+            reverse = not self.sort_reverse if key == self.sort_key else self._default_reverse(key)
         self.sort_key, self.sort_reverse = key, reverse
         self._rebuild()
         self.post_message(self.Sorted(self, key, reverse))
@@ -201,30 +213,40 @@ stay at the bottom in both directions.
     # -- drawing ---------------------------------------------------------------------------------
     def _header(self, column: Column) -> Text:
         mark = _MARKS[self.sort_reverse] if column.key == self.sort_key else ""
-        return Text(escape_controls(column.label) + mark, end="",
-                    justify="right" if column.numeric else "left")
+        return Text(
+            escape_controls(column.label) + mark,
+            end="",
+            justify="right" if column.numeric else "left",
+        )
 
     def _rebuild(self, *, scroll: bool = True) -> None:
         cursor_column = self.cursor_column
         # clear() scrolls home; a re-sort keeps the view where the user had it (the widths,
         # hence the scrollable size, are unchanged, so the offsets stay valid).
         offsets = (self.scroll_x, self.scroll_y)
-        highlight = self.get_component_rich_style("sortable-table--highlight", partial=True) \
-            if self.is_mounted else Style(bold=True)
+        highlight = (
+            self.get_component_rich_style("sortable-table--highlight", partial=True)
+            if self.is_mounted
+            else Style(bold=True)
+        )
         self.clear(columns=True)
         for column in self.table_columns:
-            self.add_column(self._header(column), width=self.column_width(column),
-                            key=column.key)
+            self.add_column(self._header(column), width=self.column_width(column), key=column.key)
         for row in self.ordered:
             cells = []
             for column in self.table_columns:
                 cell = row.cells.get(column.key)
-                cells.append(Text(escape_controls(cell.text if cell else ""), end="",
-                                  no_wrap=True, style=highlight if row.highlight else "",
-                                  justify="right" if column.numeric else "left"))
+                cells.append(
+                    Text(
+                        escape_controls(cell.text if cell else ""),
+                        end="",
+                        no_wrap=True,
+                        style=highlight if row.highlight else "",
+                        justify="right" if column.numeric else "left",
+                    )
+                )
             self.add_row(*cells, key=row.key)
         self.scroll_x = self.scroll_target_x = offsets[0]
         self.scroll_y = self.scroll_target_y = offsets[1]
         if self.table_columns:
-            self.move_cursor(column=min(cursor_column, len(self.table_columns) - 1),
-                             scroll=scroll)
+            self.move_cursor(column=min(cursor_column, len(self.table_columns) - 1), scroll=scroll)

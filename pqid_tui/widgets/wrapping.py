@@ -49,10 +49,18 @@ class WrappingLog(RichLog):
     }
     """
 
-    def __init__(self, *, max_lines: int | None = 2000, id: str | None = None,
-                 classes: str | None = None) -> None:
-        super().__init__(max_lines=max_lines, min_width=20, wrap=True, highlight=False,
-                         markup=False, id=id, classes=classes)
+    def __init__(
+        self, *, max_lines: int | None = 2000, id: str | None = None, classes: str | None = None
+    ) -> None:
+        super().__init__(
+            max_lines=max_lines,
+            min_width=20,
+            wrap=True,
+            highlight=False,
+            markup=False,
+            id=id,
+            classes=classes,
+        )
         self.texts: list[str] = []
         self._wrapped_at = 0
 

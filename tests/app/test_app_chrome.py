@@ -20,16 +20,26 @@ async def test_help_palette_theme_and_bindings(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         titles = {c.title for c in app.get_system_commands(app.screen)}
-        assert {"run: new", "credentials: open", "replay: open", "home: go home",
-                "theme: toggle dark/light"} <= titles
+        assert {
+            "run: new",
+            "credentials: open",
+            "replay: open",
+            "home: go home",
+            "theme: toggle dark/light",
+        } <= titles
 
         app.open_screen("monitor", run_dir=run)
         await pilot.pause()
         monitor = app.screen
         assert isinstance(monitor, MonitorScreen)
         titles = {c.title for c in app.get_system_commands(monitor)}
-        assert {"run: retry selected", "run: retry all errors", "run: retry uncertain",
-                "run: pause or resume", "run: stop"} <= titles
+        assert {
+            "run: retry selected",
+            "run: retry all errors",
+            "run: retry uncertain",
+            "run: pause or resume",
+            "run: stop",
+        } <= titles
         # Every key the footer can show says what it does.
         for active in monitor.active_bindings.values():
             if active.binding.show:
@@ -89,8 +99,9 @@ async def test_the_theme_is_remembered_and_offered_once(tmp_path: Path) -> None:
 
     release = write_release(tmp_path / "release", count=6)
     settings = tmp_path / "config" / "settings.json"
-    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService(),
-                   settings_path=settings)
+    app = make_app(
+        release, tmp_path / "runs", replay_service=FakeReplayService(), settings_path=settings
+    )
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         titles = [c.title for c in app.get_system_commands(app.screen)]
@@ -99,8 +110,9 @@ async def test_the_theme_is_remembered_and_offered_once(tmp_path: Path) -> None:
         await pilot.press("ctrl+t")
         assert app.theme == LIGHT
     assert json.loads(settings.read_text())["theme"] == LIGHT
-    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService(),
-                   settings_path=settings)
+    app = make_app(
+        release, tmp_path / "runs", replay_service=FakeReplayService(), settings_path=settings
+    )
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert app.theme == LIGHT

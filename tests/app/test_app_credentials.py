@@ -26,12 +26,16 @@ def source_of(screen: CredentialsScreen, route: str) -> str:
 
 
 def credentials_app(tmp_path: Path, env: dict[str, str], **options: Any) -> PqidApp:
-    return make_app(write_release(tmp_path / "release", count=6), tmp_path / "runs", env=env,
-                    replay_service=FakeReplayService(), **options)
+    return make_app(
+        write_release(tmp_path / "release", count=6),
+        tmp_path / "runs",
+        env=env,
+        replay_service=FakeReplayService(),
+        **options,
+    )
 
 
-async def open_credentials(app: PqidApp, pilot: Any, key: str | None = None
-                           ) -> CredentialsScreen:
+async def open_credentials(app: PqidApp, pilot: Any, key: str | None = None) -> CredentialsScreen:
     """The credentials screen once its sources are read, opened by `key` or else directly."""
     await pilot.pause()
     if key is None:
@@ -51,8 +55,10 @@ def select_route(screen: CredentialsScreen, route: str) -> DataTable[Any]:
     return table
 
 
-async def test_set_and_delete_a_keyring_entry(tmp_path: Path, memory_keyring: Any  # noqa: F811
-                                              ) -> None:
+async def test_set_and_delete_a_keyring_entry(
+    tmp_path: Path,
+    memory_keyring: Any,  # noqa: F811
+) -> None:
     app = credentials_app(tmp_path, {"GROQ_API_KEY": "gsk_from_env_0123456789"})
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_credentials(app, pilot, "c")
@@ -85,8 +91,10 @@ async def test_set_and_delete_a_keyring_entry(tmp_path: Path, memory_keyring: An
         assert source_of(screen, "openai") == "missing"
 
 
-async def test_routes_without_a_key_refuse_set(tmp_path: Path, memory_keyring: Any  # noqa: F811
-                                               ) -> None:
+async def test_routes_without_a_key_refuse_set(
+    tmp_path: Path,
+    memory_keyring: Any,  # noqa: F811
+) -> None:
     app = credentials_app(tmp_path, {})
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_credentials(app, pilot)
@@ -104,7 +112,9 @@ async def test_routes_without_a_key_refuse_set(tmp_path: Path, memory_keyring: A
 
 
 async def test_checking_a_key_contacts_the_provider_only_after_confirming(
-        tmp_path: Path, memory_keyring: Any) -> None:  # noqa: F811
+    tmp_path: Path,
+    memory_keyring: Any,  # noqa: F811
+) -> None:
     import httpx
 
     seen: list[httpx.Request] = []
@@ -113,8 +123,11 @@ async def test_checking_a_key_contacts_the_provider_only_after_confirming(
         seen.append(request)
         return httpx.Response(200, json={"data": [{"id": "llama"}, {"id": "qwen"}]})
 
-    app = credentials_app(tmp_path, {"GROQ_API_KEY": "gsk_from_env_0123456789"},
-                          transport=httpx.MockTransport(handler))
+    app = credentials_app(
+        tmp_path,
+        {"GROQ_API_KEY": "gsk_from_env_0123456789"},
+        transport=httpx.MockTransport(handler),
+    )
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_credentials(app, pilot)
         select_route(screen, "groq")
@@ -137,7 +150,8 @@ async def test_checking_a_key_contacts_the_provider_only_after_confirming(
 
 
 async def test_app_stores_a_canary_in_the_real_keyring_and_nowhere_else(
-        tmp_path: Path, real_keyring: dict[str, str]) -> None:
+    tmp_path: Path, real_keyring: dict[str, str]
+) -> None:
     """Set through the app into a real Secret Service, used by a run from the keyring: the key
     is in no screenshot, no file under the runs directory, and no output."""
     import json
@@ -175,16 +189,32 @@ async def test_app_stores_a_canary_in_the_real_keyring_and_nowhere_else(
     script = FaultScript.for_release(load_release(release), {"ghz_00": ["401-echo"]})
     try:
         with FaultServer(script) as server:
-            result = cli("--batch", "run-model", "--release-dir", str(release), "--output-dir",
-                         str(runs / "r1"), "--provider", "openrouter", "--base-url",
-                         server.base_url, "--model", "m", "--max-retries", "0",
-                         "--acknowledge-third-party-prompt-export", env=env)
+            result = cli(
+                "--batch",
+                "run-model",
+                "--release-dir",
+                str(release),
+                "--output-dir",
+                str(runs / "r1"),
+                "--provider",
+                "openrouter",
+                "--base-url",
+                server.base_url,
+                "--model",
+                "m",
+                "--max-retries",
+                "0",
+                "--acknowledge-third-party-prompt-export",
+                env=env,
+            )
             seen = list(server.seen)
     finally:
         cli("--batch", "credentials", "delete", "openrouter", env=env)
     assert all(s.headers["authorization"] == f"Bearer {canary}" for s in seen)
-    assert json.loads((runs / "r1" / "run-manifest.json").read_text())[
-        "credential_source"] == "keyring"
+    assert (
+        json.loads((runs / "r1" / "run-manifest.json").read_text())["credential_source"]
+        == "keyring"
+    )
     leaks = [p for p in runs.rglob("*") if p.is_file() and canary.encode() in p.read_bytes()]
     assert leaks == []
     assert all(canary not in text for text in [*shots, result.stdout, result.stderr])
@@ -216,8 +246,13 @@ async def test_an_unavailable_keyring_is_said_before_asking_for_a_key(tmp_path: 
     try:
         import httpx
 
-        app = credentials_app(tmp_path, {}, transport=httpx.MockTransport(
-            lambda r: seen.append(r) or httpx.Response(200, json={"data": []})))
+        app = credentials_app(
+            tmp_path,
+            {},
+            transport=httpx.MockTransport(
+                lambda r: seen.append(r) or httpx.Response(200, json={"data": []})
+            ),
+        )
         async with app.run_test(size=SIZE) as pilot:
             screen = await open_credentials(app, pilot)
             assert source_of(screen, "groq") == "keyring unavailable"
@@ -231,8 +266,7 @@ async def test_an_unavailable_keyring_is_said_before_asking_for_a_key(tmp_path: 
             await pilot.pause()
             assert isinstance(app.screen, CredentialsScreen)  # no masked input opened
             messages = [n.message for n in app._notifications]
-            assert any("keyring is not available" in m and "$GROQ_API_KEY" in m
-                       for m in messages)
+            assert any("keyring is not available" in m and "$GROQ_API_KEY" in m for m in messages)
 
             await pilot.press("k")
             await pilot.pause()
@@ -245,8 +279,7 @@ async def test_an_unavailable_keyring_is_said_before_asking_for_a_key(tmp_path: 
         keyring.set_keyring(previous)
 
 
-async def test_the_check_names_the_source_in_words(tmp_path: Path,
-                                                   memory_keyring: Any) -> None:  # noqa: F811
+async def test_the_check_names_the_source_in_words(tmp_path: Path, memory_keyring: Any) -> None:  # noqa: F811
     app = credentials_app(tmp_path, {"GROQ_API_KEY": "gsk_from_env_0123456789"})
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_credentials(app, pilot)

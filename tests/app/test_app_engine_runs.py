@@ -26,10 +26,13 @@ from tests.helpers import write_release
 
 
 def test_engine_runs_does_not_load_the_ui() -> None:
-    code = ("import sys, engine.run.runs; print(sorted(m for m in sys.modules "
-            "if m.split('.')[0] in ('textual', 'pqid_tui')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, check=True).stdout.strip()
+    code = (
+        "import sys, engine.run.runs; print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('textual', 'pqid_tui')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.strip()
     assert out == "[]"
 
 
@@ -37,8 +40,9 @@ async def test_list_runs_and_prompt_detail(tmp_path: Path) -> None:
     release = write_release(tmp_path / "release", count=6)
     runs = tmp_path / "runs"
     assert list_runs(runs) == []
-    out = await make_run(runs, release, plan={"ghz_01": [400], "ghz_02": [503]},
-                         uncertain=("ghz_05",))
+    out = await make_run(
+        runs, release, plan={"ghz_01": [400], "ghz_02": [503]}, uncertain=("ghz_05",)
+    )
     (runs / "junk").mkdir()
     (runs / "broken").mkdir()
     (runs / "broken" / "run-manifest.json").write_text("{")
@@ -47,7 +51,12 @@ async def test_list_runs_and_prompt_detail(tmp_path: Path) -> None:
     assert infos[0].problem is not None and "not valid JSON" in infos[0].problem
     info = infos[1]
     assert (info.selected, info.success, info.error, info.pending, info.uncertain) == (
-        6, 4, 1, 0, 1)
+        6,
+        4,
+        1,
+        0,
+        1,
+    )
     assert not info.complete and not info.evaluated
 
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
@@ -69,8 +78,9 @@ async def test_raw_names_cannot_leave_the_run_dir(tmp_path: Path) -> None:
     out = await make_run(tmp_path / "runs", release)
     (tmp_path / "secret.txt").write_text("outside")
     run = RunDir(out)
-    run.append_attempt({"prompt_id": "ghz_00", "attempt": 9, "raw": "../../secret.txt",
-                        "decision": "retry"})
+    run.append_attempt(
+        {"prompt_id": "ghz_00", "attempt": 9, "raw": "../../secret.txt", "decision": "retry"}
+    )
     detail = prompt_detail(out, "ghz_00")
     assert all(r.name != "../../secret.txt" for r in detail.raw_bodies)
 
@@ -103,19 +113,39 @@ def test_progress_coalesces_and_counts() -> None:
 
 async def test_resume_config_and_resend_only_the_chosen(tmp_path: Path) -> None:
     release = write_release(tmp_path / "release", count=6)
-    out = await make_run(tmp_path / "runs", release, plan={"ghz_01": [400], "ghz_03": [400]},
-                         temperature=0.3, omit_top_p=True, seed=7, limit=5,
-                         extra_body={"reasoning_effort": "low"})
+    out = await make_run(
+        tmp_path / "runs",
+        release,
+        plan={"ghz_01": [400], "ghz_03": [400]},
+        temperature=0.3,
+        omit_top_p=True,
+        seed=7,
+        limit=5,
+        extra_body={"reasoning_effort": "low"},
+    )
     config = resume_config(out, release, acknowledge_prompt_export=True, retry_errors=True)
-    assert (config.provider, config.model, config.temperature, config.omit_top_p, config.seed,
-            config.limit) == ("groq", "demo-model", 0.3, True, 7, 5)
+    assert (
+        config.provider,
+        config.model,
+        config.temperature,
+        config.omit_top_p,
+        config.seed,
+        config.limit,
+    ) == ("groq", "demo-model", 0.3, True, 7, 5)
     seen: list[str] = []
-    result = await resend_async(config, ["ghz_03"],
-                                transport=scripted_transport(release, seen=seen),
-                                env={"GROQ_API_KEY": "gsk_test_key_value_0123456789"})
+    result = await resend_async(
+        config,
+        ["ghz_03"],
+        transport=scripted_transport(release, seen=seen),
+        env={"GROQ_API_KEY": "gsk_test_key_value_0123456789"},
+    )
     assert seen == ["ghz_03"]
     assert result.summary["success"] == 4 and result.summary["error"] == 1
     assert read_run_info(out).error == 1
     with pytest.raises(ConfigError, match="no prompt 'ghz_05'"):
-        await resend_async(config, ["ghz_05"], transport=scripted_transport(release),
-                           env={"GROQ_API_KEY": "gsk_test_key_value_0123456789"})
+        await resend_async(
+            config,
+            ["ghz_05"],
+            transport=scripted_transport(release),
+            env={"GROQ_API_KEY": "gsk_test_key_value_0123456789"},
+        )

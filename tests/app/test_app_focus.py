@@ -25,8 +25,7 @@ async def settle(app: Any, pilot: Any) -> None:
     await pilot.pause()
 
 
-async def test_each_screen_opens_with_a_sensible_focus(tmp_path: Path,
-                                                       memory_keyring: Any) -> None:  # noqa: F811
+async def test_each_screen_opens_with_a_sensible_focus(tmp_path: Path, memory_keyring: Any) -> None:  # noqa: F811
     release = write_release(tmp_path / "release", count=6)
     runs = tmp_path / "runs"
     run = await make_run(runs, release)
@@ -64,8 +63,11 @@ async def test_letters_typed_into_the_replay_fields_are_text(tmp_path: Path) -> 
         screen = app.screen
         assert isinstance(screen, ReplayScreen)
         assert isinstance(screen.focused, Select)  # not an invisible scroll container
-        footer_keys = {b.binding.key for b in screen.active_bindings.values()
-                       if screen.check_action(b.binding.action, ())}
+        footer_keys = {
+            b.binding.key
+            for b in screen.active_bindings.values()
+            if screen.check_action(b.binding.action, ())
+        }
         assert {"b", "m", "x"} <= footer_keys
 
         field = screen.query_one("#base_image", Input)

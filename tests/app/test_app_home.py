@@ -75,11 +75,13 @@ async def test_a_broken_release_is_explained(tmp_path: Path) -> None:
         await pilot.press("n")
         await pilot.pause()
         assert "the release cannot be used" in str(
-            app.screen.query_one("#err-general", Static).render())
+            app.screen.query_one("#err-general", Static).render()
+        )
 
 
 async def test_the_bundled_demo_release_names_its_format_contract_and_matrix(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     app = make_app(None, tmp_path / "runs", replay_service=FakeReplayService())
     async with app.run_test(size=SIZE) as pilot:
         await app.workers.wait_for_complete()
@@ -88,8 +90,9 @@ async def test_the_bundled_demo_release_names_its_format_contract_and_matrix(
         assert "Release pqid-demo 1.0.0   pqid-release/1" in info
         assert "frozen matrix: 3 reference rows" in info and "scoring pqid-tui-1" in info
         assert "absent" not in info and not app.screen.query_one("#absent").display
-        footer_keys = {key for key, b in app.screen.active_bindings.items()
-                       if b.binding.show and b.enabled}
+        footer_keys = {
+            key for key, b in app.screen.active_bindings.items() if b.binding.show and b.enabled
+        }
         # Nothing absent, nothing left to verify (pqid-release/1 checks every file as it loads).
         assert {"n", "r", "c"} <= footer_keys and not {"a", "v"} & footer_keys
 
@@ -98,19 +101,41 @@ def hand_built_bench(path: Path) -> Release:
     """A Release shaped like PQID-Bench's evidence repository (until a test has the real one):
     21 model rows and 2 reference rows, the PQID-Bench contract, absent files."""
     base = load_release(write_release(path, count=6))
-    rows = tuple(FrozenRow(f"provider_model-{i:02d}", "model", "provider", f"model-{i:02d}",
-                           "x", display_name=f"Model {i:02d}") for i in range(21))
-    rows += (FrozenRow("copy-baseline", "reference", None, None, "y"),
-             FrozenRow("retrieval-baseline", "reference", None, None, "z"))
-    return replace(base, name="PQID-Bench", version="1.0.0", format=FORMAT_PQID_BENCH_EVIDENCE,
-                   profile="evidence", contract=CONTRACT_PQID_BENCH,
-                   predicate=PREDICATE_PQID_BENCH, python_version="3.13", matrix_rows=rows,
-                   absent=("data/missing.jsonl", "artifacts/gone/one.json"),
-                   verified_files=648, manifest_files=650, verifier=None)
+    rows = tuple(
+        FrozenRow(
+            f"provider_model-{i:02d}",
+            "model",
+            "provider",
+            f"model-{i:02d}",
+            "x",
+            display_name=f"Model {i:02d}",
+        )
+        for i in range(21)
+    )
+    rows += (
+        FrozenRow("copy-baseline", "reference", None, None, "y"),
+        FrozenRow("retrieval-baseline", "reference", None, None, "z"),
+    )
+    return replace(
+        base,
+        name="PQID-Bench",
+        version="1.0.0",
+        format=FORMAT_PQID_BENCH_EVIDENCE,
+        profile="evidence",
+        contract=CONTRACT_PQID_BENCH,
+        predicate=PREDICATE_PQID_BENCH,
+        python_version="3.13",
+        matrix_rows=rows,
+        absent=("data/missing.jsonl", "artifacts/gone/one.json"),
+        verified_files=648,
+        manifest_files=650,
+        verifier=None,
+    )
 
 
 async def test_a_pqid_bench_release_shows_layout_contract_models_and_absent_files(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     release = hand_built_bench(tmp_path / "release")
     app = make_app(tmp_path / "release", tmp_path / "runs", replay_service=FakeReplayService())
     app.release = release
@@ -120,11 +145,14 @@ async def test_a_pqid_bench_release_shows_layout_contract_models_and_absent_file
         home = app.screen
         info = str(home.query_one("#release", Static).render())
         lines = info.splitlines()
-        assert lines[0] == ("Release PQID-Bench 1.0.0   PQID-Bench evidence repository, "
-                            "profile evidence")
+        assert lines[0] == (
+            "Release PQID-Bench 1.0.0   PQID-Bench evidence repository, profile evidence"
+        )
         assert lines[1] == "6 prompts: dev 2, test 4   frozen matrix: 21 models, 2 reference rows"
-        assert lines[2] == ("scoring pqid-bench-evaluator-1.1.0-safe-builtins   predicate "
-                            "pqid-bench-reference-signature-1.0.0-count-map   Python 3.13")
+        assert lines[2] == (
+            "scoring pqid-bench-evaluator-1.1.0-safe-builtins   predicate "
+            "pqid-bench-reference-signature-1.0.0-count-map   Python 3.13"
+        )
         assert lines[4].startswith("verified 648 of 650 listed files; 2 absent (a lists them)")
         box = home.query_one("#absent", Collapsible)
         assert box.display and box.collapsed and "2 absent files" in box.title
@@ -132,6 +160,8 @@ async def test_a_pqid_bench_release_shows_layout_contract_models_and_absent_file
         assert not box.collapsed
         # Neither folder exists in this hand-built copy: each is named once, with its count.
         assert str(home.query_one("#absent-list", Static).render()).splitlines() == [
-            "artifacts/ (1 file)", "data/ (1 file)"]
+            "artifacts/ (1 file)",
+            "data/ (1 file)",
+        ]
         await pilot.press("a")
         assert box.collapsed

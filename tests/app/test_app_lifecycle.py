@@ -52,8 +52,14 @@ async def wait_for(pilot: Any, condition: Any, timeout: float = 10.0) -> None:
 
 
 def groq_config(release: Path, out: Path, **kw: Any) -> Any:
-    return make_config(release_dir=release, output_dir=out, provider="groq", model="m",
-                       acknowledge_prompt_export=True, **kw)
+    return make_config(
+        release_dir=release,
+        output_dir=out,
+        provider="groq",
+        model="m",
+        acknowledge_prompt_export=True,
+        **kw,
+    )
 
 
 def gated_app(tmp_path: Path) -> tuple[PqidApp, GateTransport, Any]:
@@ -62,8 +68,9 @@ def gated_app(tmp_path: Path) -> tuple[PqidApp, GateTransport, Any]:
     release = write_release(tmp_path / "release", count=6)
     transport = GateTransport(release)
     runs = tmp_path / "runs"
-    app = make_app(release, runs, transport=transport, env=GROQ_ENV,
-                   replay_service=FakeReplayService())
+    app = make_app(
+        release, runs, transport=transport, env=GROQ_ENV, replay_service=FakeReplayService()
+    )
     return app, transport, groq_config(release, runs / "r", concurrency=1)
 
 
@@ -113,8 +120,7 @@ async def test_home_marks_the_running_run(tmp_path: Path) -> None:
         table = home.query_one("#runs", DataTable)
         await wait_for(pilot, lambda: table.row_count == 1)
         assert str(table.get_row_at(0)[-2]) == "running"
-        footer_keys = [b.binding.key for b in home.active_bindings.values()
-                       if b.binding.show]
+        footer_keys = [b.binding.key for b in home.active_bindings.values() if b.binding.show]
         assert "q" not in footer_keys or "ctrl+q" not in footer_keys  # one Quit, not two
         transport.gate.set()
         await app.workers.wait_for_complete()
@@ -162,9 +168,17 @@ async def test_stop_during_a_backoff_ends_now_and_shows_pending(tmp_path: Path) 
     release = write_release(tmp_path / "release", count=6)
     runs = tmp_path / "runs"
     app = make_app(release, runs, env={}, replay_service=FakeReplayService())
-    config = make_config(release_dir=release, output_dir=runs / "local", provider="local",
-                         model="m", base_url=CLOSED_PORT, acknowledge_prompt_export=True,
-                         retry_backoff_seconds=60.0, concurrency=2, limit=6)
+    config = make_config(
+        release_dir=release,
+        output_dir=runs / "local",
+        provider="local",
+        model="m",
+        base_url=CLOSED_PORT,
+        acknowledge_prompt_export=True,
+        retry_backoff_seconds=60.0,
+        concurrency=2,
+        limit=6,
+    )
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         progress = app.start_run(config)
@@ -204,8 +218,9 @@ async def test_cancelling_a_retry_says_nothing_was_sent(tmp_path: Path) -> None:
 async def test_new_run_fills_itself_from_a_runs_manifest(tmp_path: Path) -> None:
     release = write_release(tmp_path / "release", count=6)
     runs = tmp_path / "runs"
-    out = await make_run(runs, release, name="g", limit=4, max_new=2, temperature=0.5,
-                         concurrency=3)
+    out = await make_run(
+        runs, release, name="g", limit=4, max_new=2, temperature=0.5, concurrency=3
+    )
     app = make_app(release, runs, env=GROQ_ENV, replay_service=FakeReplayService())
     async with app.run_test(size=SIZE) as pilot:
         await open_run_monitor(app, pilot, out)

@@ -67,9 +67,9 @@ async def test_oracle_run_end_to_end_through_the_app(tmp_path: Path) -> None:
 
 async def test_local_route_against_the_loopback_fault_server(tmp_path: Path) -> None:
     release_dir = write_release(tmp_path / "release", count=6)
-    script = FaultScript.for_release(load_release(release_dir),
-                                     {"ghz_01": ["429"], "ghz_03": ["fenced"],
-                                      "ghz_04": ["400"]})
+    script = FaultScript.for_release(
+        load_release(release_dir), {"ghz_01": ["429"], "ghz_03": ["fenced"], "ghz_04": ["400"]}
+    )
     runs = tmp_path / "runs"
     with FaultServer(script) as server:
         app = make_app(release_dir, runs, replay_service=FakeReplayService())
@@ -121,10 +121,21 @@ class GateTransport(httpx.AsyncBaseTransport):
 async def test_pause_resume_and_stop_drive_the_run_control(tmp_path: Path) -> None:
     release = write_release(tmp_path / "release", count=6)
     transport = GateTransport(release)
-    app = make_app(release, tmp_path / "runs", transport=transport, env=GROQ_ENV,
-                   replay_service=FakeReplayService())
-    config = make_config(release_dir=release, output_dir=tmp_path / "runs" / "r", provider="groq",
-                         model="m", acknowledge_prompt_export=True, concurrency=1)
+    app = make_app(
+        release,
+        tmp_path / "runs",
+        transport=transport,
+        env=GROQ_ENV,
+        replay_service=FakeReplayService(),
+    )
+    config = make_config(
+        release_dir=release,
+        output_dir=tmp_path / "runs" / "r",
+        provider="groq",
+        model="m",
+        acknowledge_prompt_export=True,
+        concurrency=1,
+    )
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         app.start_run(config)
@@ -153,11 +164,22 @@ async def test_pause_resume_and_stop_drive_the_run_control(tmp_path: Path) -> No
 async def test_quitting_during_a_run_asks_and_stops_it_resumably(tmp_path: Path) -> None:
     release = write_release(tmp_path / "release", count=6)
     transport = GateTransport(release)
-    app = make_app(release, tmp_path / "runs", transport=transport, env=GROQ_ENV,
-                   replay_service=FakeReplayService())
+    app = make_app(
+        release,
+        tmp_path / "runs",
+        transport=transport,
+        env=GROQ_ENV,
+        replay_service=FakeReplayService(),
+    )
     out = tmp_path / "runs" / "r"
-    config = make_config(release_dir=release, output_dir=out, provider="groq", model="m",
-                         acknowledge_prompt_export=True, concurrency=2)
+    config = make_config(
+        release_dir=release,
+        output_dir=out,
+        provider="groq",
+        model="m",
+        acknowledge_prompt_export=True,
+        concurrency=2,
+    )
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         app.start_run(config)
@@ -248,8 +270,7 @@ async def test_retry_uncertain_explains_the_extra_paid_draw(tmp_path: Path) -> N
     assert len(RunDir(out).read_responses()) == 6
 
 
-async def test_grid_shows_hostile_errors_escaped_and_scrolls_to_the_cursor(tmp_path: Path
-                                                                          ) -> None:
+async def test_grid_shows_hostile_errors_escaped_and_scrolls_to_the_cursor(tmp_path: Path) -> None:
     from engine.events import PromptStateChanged, RunStarted
     from engine.run.runs import RunProgress
     from tests.app.test_app_support import HOSTILE

@@ -86,8 +86,12 @@ async def test_plan_follows_the_form_and_errors_sit_beside_fields(tmp_path: Path
 
 async def test_a_provider_route_needs_the_acknowledgement(tmp_path: Path) -> None:
     release = write_release(tmp_path / "release", count=6)
-    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService(),
-                   env={"GROQ_API_KEY": "gsk_test_key_value_0123456789"})
+    app = make_app(
+        release,
+        tmp_path / "runs",
+        replay_service=FakeReplayService(),
+        env={"GROQ_API_KEY": "gsk_test_key_value_0123456789"},
+    )
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_form(app, pilot)
         screen.query_one("#provider", Select).value = "groq"
@@ -131,7 +135,9 @@ async def test_an_existing_run_offers_resume_and_explains_uncertain(tmp_path: Pa
         assert app.session.progress.counts["success"] == 6
         attempts = RunDir(out).read_attempts()
         assert [a["decision"] for a in attempts if a["prompt_id"] == "ghz_02"][-2:] == [
-            "uncertain", "success"]
+            "uncertain",
+            "success",
+        ]
 
 
 async def test_a_non_run_directory_is_refused(tmp_path: Path) -> None:
@@ -147,11 +153,15 @@ async def test_a_non_run_directory_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("size", [(80, 40), (160, 48)])
-async def test_the_acknowledgement_is_readable_in_full(tmp_path: Path,
-                                                     size: tuple[int, int]) -> None:
+async def test_the_acknowledgement_is_readable_in_full(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
     """Issue 13: the third-party acknowledgement ended mid-sentence; it must wrap, not cut."""
-    app = make_app(write_release(tmp_path / "release", count=6), tmp_path / "runs",
-                   replay_service=FakeReplayService())
+    app = make_app(
+        write_release(tmp_path / "release", count=6),
+        tmp_path / "runs",
+        replay_service=FakeReplayService(),
+    )
     async with app.run_test(size=size) as pilot:
         screen = await open_form(app, pilot)
         screen.query_one("#provider", Select).value = "groq"
@@ -159,8 +169,9 @@ async def test_the_acknowledgement_is_readable_in_full(tmp_path: Path,
         box = screen.query_one("#acknowledge", Checkbox)
         label = str(box.label)
         assert label.startswith("I acknowledge")
-        drawn = " ".join("".join(s.text for s in box.render_line(y)).strip()
-                         for y in range(box.region.height))
+        drawn = " ".join(
+            "".join(s.text for s in box.render_line(y)).strip() for y in range(box.region.height)
+        )
         # Drawn whole and inside the screen (a one-line label wider than the form is cut
         # off by the pane even though the widget itself renders every word).
         assert "…" not in drawn and box.region.right <= size[0]
@@ -210,9 +221,15 @@ async def test_advanced_settings_are_validated_and_reach_the_config(tmp_path: Pa
         assert screen.plan is not None
         config = screen.plan.config
         assert (config.request_timeout_seconds, config.sleep_seconds, config.max_new) == (
-            30.0, 1.5, 4)
-        assert (config.retry_backoff_seconds, config.max_backoff_seconds,
-                config.max_retry_after_seconds) == (3.0, 30.0, 90.0)
+            30.0,
+            1.5,
+            4,
+        )
+        assert (
+            config.retry_backoff_seconds,
+            config.max_backoff_seconds,
+            config.max_retry_after_seconds,
+        ) == (3.0, 30.0, 90.0)
         assert config.headers == {"X-Title": "pqid", "HTTP-Referer": "https://x.org"}
         assert config.api_key_file == key
         plan = text_of(screen, "#plan")
@@ -224,8 +241,9 @@ async def test_advanced_settings_are_validated_and_reach_the_config(tmp_path: Pa
         assert all("sk-secret" not in w.value for w in screen.query(Input))
 
 
-async def test_the_plan_shows_the_cost_range_or_no_price(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_plan_shows_the_cost_range_or_no_price(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 13: the app's plan had no cost estimate; it shows the batch plan's range."""
     from engine.run.plan import build_plan
 
@@ -244,7 +262,6 @@ async def test_the_plan_shows_the_cost_range_or_no_price(tmp_path: Path,
         assert screen.plan is not None
         cost = build_plan(screen.plan.config).cost_estimate()
         assert cost["usd_high"] > cost["usd_low"] > 0
-        assert f"${cost['usd_low']:.4f} to ${cost['usd_high']:.4f} USD" in text_of(
-            screen, "#plan")
+        assert f"${cost['usd_low']:.4f} to ${cost['usd_high']:.4f} USD" in text_of(screen, "#plan")
         await set_input(pilot, screen, "model", "unpriced-model")
         assert "no price for unpriced-model" in text_of(screen, "#plan")

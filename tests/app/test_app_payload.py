@@ -25,8 +25,12 @@ async def hostile_run_app(tmp_path: Path) -> tuple[PqidApp, Path]:
     and an app over it."""
     release = write_release(tmp_path / "release", count=6)
     runs = tmp_path / "runs"
-    out = await make_run(runs, release, plan={"ghz_00": [503]},
-                         content=lambda pid, code: HOSTILE + f"```python\n{code}```")
+    out = await make_run(
+        runs,
+        release,
+        plan={"ghz_00": [503]},
+        content=lambda pid, code: HOSTILE + f"```python\n{code}```",
+    )
     return make_app(release, runs, replay_service=FakeReplayService()), out
 
 
@@ -53,8 +57,13 @@ async def test_every_piece_of_evidence_is_shown_and_escaped(tmp_path: Path) -> N
         assert '"messages"' in rendered(screen, "#request")
         attempts = screen.query_one("#attempts", DataTable)
         assert attempts.row_count == 2
-        assert [str(c) for c in attempts.get_row_at(0)][:5] == ["1", "503", "42 ms",
-                                                                 "overloaded", "retry"]
+        assert [str(c) for c in attempts.get_row_at(0)][:5] == [
+            "1",
+            "503",
+            "42 ms",
+            "overloaded",
+            "retry",
+        ]
         raws = [str(getattr(w.content, "plain", w.content)) for w in screen.query("#raw Static")]
         assert any("attempt 2: raw/ghz_00.attempt-2.json" in r for r in raws)
         response = rendered(screen, "#response")
@@ -73,7 +82,8 @@ async def test_every_piece_of_evidence_is_shown_and_escaped(tmp_path: Path) -> N
 
 
 async def test_copies_are_harmless_to_paste_and_the_request_is_what_was_hashed(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Issue 13: `o` put the model's raw control sequences on the clipboard (pasting them into
     a terminal obeys them); `b` copied pretty-printed JSON whose SHA-256 was not the one
     shown; a raw provider body could not be copied at all."""

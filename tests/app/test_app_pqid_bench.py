@@ -42,11 +42,21 @@ def archived_transport(release_dir: Path, slug: str) -> httpx.MockTransport:
     async def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         text = content[by_key[messages_key(body["messages"])]]
-        return httpx.Response(200, json={
-            "id": "x", "model": body["model"], "choices": [
-                {"index": 0, "finish_reason": "stop",
-                 "message": {"role": "assistant", "content": text}}],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}})
+        return httpx.Response(
+            200,
+            json={
+                "id": "x",
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": text},
+                    }
+                ],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
+            },
+        )
 
     return httpx.MockTransport(handler)
 
@@ -56,17 +66,30 @@ async def replayed_evidence_run(runs: Path, release_dir: Path, name: str = "groq
     its evaluation is that row's frozen verdicts (what a replay under the same contract and
     environment reproduces, 154/154; the Docker replay itself is tested elsewhere)."""
     out = runs / name
-    config = make_config(release_dir=release_dir, output_dir=out, provider="groq",
-                         model="llama-3.3-70b-versatile", acknowledge_prompt_export=True,
-                         retry_backoff_seconds=0.0, max_retries=0, concurrency=8)
-    await run_live_model_async(config, transport=archived_transport(release_dir, ROW),
-                               env={"GROQ_API_KEY": "gsk_test_key_value_0123456789"})
+    config = make_config(
+        release_dir=release_dir,
+        output_dir=out,
+        provider="groq",
+        model="llama-3.3-70b-versatile",
+        acknowledge_prompt_export=True,
+        retry_backoff_seconds=0.0,
+        max_retries=0,
+        concurrency=8,
+    )
+    await run_live_model_async(
+        config,
+        transport=archived_transport(release_dir, ROW),
+        env={"GROQ_API_KEY": "gsk_test_key_value_0123456789"},
+    )
     normalize_run(out)
     cells = load_release(release_dir).frozen_evaluations(ROW)
     (out / "evaluation").mkdir()
-    (out / "evaluation" / "pqid_bench_canonical_evaluations.jsonl").write_text("".join(
-        json.dumps({k: v for k, v in cell.items() if k != "frozen"}, sort_keys=True) + "\n"
-        for cell in cells))
+    (out / "evaluation" / "pqid_bench_canonical_evaluations.jsonl").write_text(
+        "".join(
+            json.dumps({k: v for k, v in cell.items() if k != "frozen"}, sort_keys=True) + "\n"
+            for cell in cells
+        )
+    )
     return out
 
 
@@ -92,16 +115,16 @@ async def settle(app: Any, pilot: Any) -> None:
     await pilot.pause()
 
 
-async def test_home_shows_the_evidence_repository(pqid_bench: PqidBenchCopies,
-                                                  tmp_path: Path) -> None:
+async def test_home_shows_the_evidence_repository(
+    pqid_bench: PqidBenchCopies, tmp_path: Path
+) -> None:
     app = make_app(pqid_bench.evidence, tmp_path / "runs", replay_service=FakeReplayService())
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
         home = app.screen
         assert isinstance(home, HomeScreen)
         info = str(home.query_one("#release", Static).render())
-        assert "Release PQID-Bench 1.0.0   PQID-Bench evidence repository, profile evidence" \
-            in info
+        assert "Release PQID-Bench 1.0.0   PQID-Bench evidence repository, profile evidence" in info
         assert "154 prompts: test 154" in info and "frozen matrix: 21 models" in info
         assert "scoring pqid-bench-evaluator-1.1.0-safe-builtins" in info
         assert "predicate pqid-bench-reference-signature-1.0.0-count-map" in info
@@ -118,15 +141,18 @@ async def test_home_shows_the_evidence_repository(pqid_bench: PqidBenchCopies,
         assert listed == [
             "artifacts/analysis_154/pqid_bench_ordered_operand_cell_audit.jsonl",
             "artifacts/stochastic_repeatability_21x72/ (435 files)",
-            "data/pqid_bench_clean_generation_734.jsonl"]
+            "data/pqid_bench_clean_generation_734.jsonl",
+        ]
         await pilot.press("v")  # check every listed file again
         await settle(app, pilot)
         assert "verified 650 of 1087 listed files" in str(
-            home.query_one("#release", Static).render())
+            home.query_one("#release", Static).render()
+        )
 
 
 async def test_home_shows_the_core_distribution_and_its_zip(
-        pqid_bench: PqidBenchCopies, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pqid_bench: PqidBenchCopies, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # where the .zip extracts
     for source, origin in ((pqid_bench.core, None), (pqid_bench.core_zip, pqid_bench.core_zip)):
         app = make_app(source, tmp_path / "runs", replay_service=FakeReplayService())
@@ -136,8 +162,10 @@ async def test_home_shows_the_core_distribution_and_its_zip(
             listed = load_release(source).manifest_files if origin is None else None
             assert "PQID-Bench core distribution, profile core" in info, info
             assert "154 prompts: test 154" in info
-            assert "frozen matrix: none in the core profile (compare needs the PQID-Bench " \
-                   "evidence repository)" in info
+            assert (
+                "frozen matrix: none in the core profile (compare needs the PQID-Bench "
+                "evidence repository)" in info
+            )
             assert "absent" not in info and not app.screen.query_one("#absent").display
             if listed is not None:
                 assert f"verified {listed} of {listed} listed files" in info
@@ -146,10 +174,12 @@ async def test_home_shows_the_core_distribution_and_its_zip(
                 assert (tmp_path / "cache").exists()
 
 
-async def test_a_new_run_plans_the_study_prompts(pqid_bench: PqidBenchCopies,
-                                                 tmp_path: Path) -> None:
-    app = make_app(pqid_bench.evidence, tmp_path / "runs", replay_service=FakeReplayService(),
-                   env={})
+async def test_a_new_run_plans_the_study_prompts(
+    pqid_bench: PqidBenchCopies, tmp_path: Path
+) -> None:
+    app = make_app(
+        pqid_bench.evidence, tmp_path / "runs", replay_service=FakeReplayService(), env={}
+    )
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
         await pilot.press("n")
@@ -162,16 +192,21 @@ async def test_a_new_run_plans_the_study_prompts(pqid_bench: PqidBenchCopies,
         await settle(app, pilot)
         plan = str(screen.query_one("#plan", Static).render())
         assert "PQID-Bench 1.0.0 (154 prompts)" in plan, plan
-        assert ("pqid_bench_external_gen_0001, pqid_bench_external_gen_0002, "
-                "pqid_bench_external_gen_0003") in " ".join(plan.split())
+        assert (
+            "pqid_bench_external_gen_0001, pqid_bench_external_gen_0002, "
+            "pqid_bench_external_gen_0003"
+        ) in " ".join(plan.split())
         assert "selected prompts      3" in plan and "target metadata sent  no" in plan
         # The same requests as the study's row for this route and model (engine.release.trace).
-        assert ("frozen study row replicates Llama 3.3 70B Versatile request for request on 3 "
-                "of its 154 prompts") in " ".join(plan.split())
+        assert (
+            "frozen study row replicates Llama 3.3 70B Versatile request for request on 3 "
+            "of its 154 prompts"
+        ) in " ".join(plan.split())
 
 
 async def test_compare_puts_the_candidate_among_the_21_frozen_models(
-        pqid_bench: PqidBenchCopies, tmp_path: Path) -> None:
+    pqid_bench: PqidBenchCopies, tmp_path: Path
+) -> None:
     """A candidate that answered with one frozen model's archived responses, scored with its
     frozen verdicts: 22 rows, the candidate highlighted with that model's rank and rates, +0/−0
     against it; every column sorts from the keyboard with every cell whole; the chart has one
@@ -187,17 +222,29 @@ async def test_compare_puts_the_candidate_among_the_21_frozen_models(
         table = screen.query_one("#comparison", SortableTable)
         keys = [c.key for c in table.table_columns]
         assert keys[:5] == ["rank", "row", "kind", "n", "answered"] and "label" in keys
-        for metric in ("execution", "assembly", "signature", "num_qubits", "num_clbits",
-                       "gate_count", "gate_types", "gap:execution_structure_gap",
-                       "gap:assembly_structure_gap", "paired:signature"):
+        for metric in (
+            "execution",
+            "assembly",
+            "signature",
+            "num_qubits",
+            "num_clbits",
+            "gate_count",
+            "gate_types",
+            "gap:execution_structure_gap",
+            "gap:assembly_structure_gap",
+            "paired:signature",
+        ):
             assert metric in keys, metric
-        assert keys[keys.index("signature") + 1:keys.index("signature") + 3] == [
-            "gap:execution_structure_gap", "gap:assembly_structure_gap"]
+        assert keys[keys.index("signature") + 1 : keys.index("signature") + 3] == [
+            "gap:execution_structure_gap",
+            "gap:assembly_structure_gap",
+        ]
         # The 21 frozen rows add up to the published headline (3,234 cells).
         frozen = [r for r in table.ordered if not r.highlight]
         for key, published in (("execution", 2950), ("assembly", 2944), ("signature", 1703)):
-            assert sum(int(r.cells[key].text.split("(")[1].split("/")[0])
-                       for r in frozen) == published
+            assert (
+                sum(int(r.cells[key].text.split("(")[1].split("/")[0]) for r in frozen) == published
+            )
         rows = {r.cells["label"].text: r for r in table.ordered}
         assert len(rows) == 22 and screen.focused is table
         cand = next(r for r in table.ordered if r.highlight)
@@ -217,21 +264,25 @@ async def test_compare_puts_the_candidate_among_the_21_frozen_models(
             await pilot.press(*(["right"] if index else []), "s")
             assert table.sort_key == column.key
             check_whole(table, n="154")
-        assert "Mistral Small 3.2 24B Instruct 2506 (OpenRouter/Mistral)" in "\n".join(
-            drawn(table))
+        assert "Mistral Small 3.2 24B Instruct 2506 (OpenRouter/Mistral)" in "\n".join(drawn(table))
 
         sub = screen.query_one("#subtable-0", SortableTable)
         assert len(sub.ordered) == 22
         assert {r.cells["n"].text for r in sub.ordered} == {"150"}
         titles = [str(w.render()) for w in screen.query("#subtables Static")]
         assert titles[0] == "Identifiability subset: 150 prompts"
-        for pid in ("pqid_bench_external_gen_0040", "pqid_bench_external_gen_0117",
-                    "pqid_bench_external_gen_0141", "pqid_bench_external_gen_0142"):
+        for pid in (
+            "pqid_bench_external_gen_0040",
+            "pqid_bench_external_gen_0117",
+            "pqid_bench_external_gen_0141",
+            "pqid_bench_external_gen_0142",
+        ):
             assert pid in titles[1]
 
 
-async def test_home_names_a_file_that_differs_from_the_manifest(pqid_bench: PqidBenchCopies,
-                                                                tmp_path: Path) -> None:
+async def test_home_names_a_file_that_differs_from_the_manifest(
+    pqid_bench: PqidBenchCopies, tmp_path: Path
+) -> None:
     """A flipped byte in an archived response (a file checked on use, not at load): the
     release loads, and Home's check of every listed file names it."""
     import shutil

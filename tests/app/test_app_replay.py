@@ -85,8 +85,17 @@ async def test_build_replay_compare_and_export(tmp_path: Path) -> None:
 
         table = screen.query_one("#comparison", SortableTable)
         keys = [c.key for c in table.table_columns]
-        assert keys == ["row", "kind", "n", "answered", "execution", "structural_match",
-                        "qasm3_export", "equivalence", "partial"]
+        assert keys == [
+            "row",
+            "kind",
+            "n",
+            "answered",
+            "execution",
+            "structural_match",
+            "qasm3_export",
+            "equivalence",
+            "partial",
+        ]
         # Sorted by the first rate, highest first: the oracle (4/4) above the run (3/4).
         assert table.sort_key == "execution" and table.sort_reverse
         assert shown(table)[0][:4] == ["oracle", "reference", "4", "4"]
@@ -128,8 +137,10 @@ async def test_build_replay_compare_and_export(tmp_path: Path) -> None:
         await app.workers.wait_for_complete()
         assert ("export", run, False) in service.calls
         # The toast says where the files went (issue 13).
-        assert any(n.message == f"Exported pqid_bench_comparison.txt to {run / 'evaluation'}"
-                   for n in app._notifications)
+        assert any(
+            n.message == f"Exported pqid_bench_comparison.txt to {run / 'evaluation'}"
+            for n in app._notifications
+        )
 
         await pilot.press("ctrl+r")  # evaluated now: replacing asks first
         await pilot.pause()
@@ -141,8 +152,7 @@ async def test_build_replay_compare_and_export(tmp_path: Path) -> None:
 
 async def test_docker_unreachable_is_explained(tmp_path: Path) -> None:
     release = write_release(tmp_path / "release", count=6)
-    app = make_app(release, tmp_path / "runs",
-                   replay_service=FakeReplayService(reachable=False))
+    app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService(reachable=False))
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_replay(app, pilot)
         status = str(screen.query_one("#docker-status", Static).render())
@@ -154,19 +164,31 @@ async def test_docker_unreachable_is_explained(tmp_path: Path) -> None:
 
 
 def evaluation(pid: str, ok: bool) -> dict[str, Any]:
-    return {"prompt_id": pid, "category": "ok" if ok else "gate_count_mismatch",
-            "execution_ok": True, "circuit_found": True, "structural_match": ok,
-            "width_match": True, "gate_types_match": True, "gate_counts_match": ok,
-            "qasm3_ok": True, "equivalent": ok if ok else False, "error": None,
-            "duration_ms": 5, "evaluator_version": "0.1.0"}
+    return {
+        "prompt_id": pid,
+        "category": "ok" if ok else "gate_count_mismatch",
+        "execution_ok": True,
+        "circuit_found": True,
+        "structural_match": ok,
+        "width_match": True,
+        "gate_types_match": True,
+        "gate_counts_match": ok,
+        "qasm3_ok": True,
+        "equivalent": ok if ok else False,
+        "error": None,
+        "duration_ms": 5,
+        "evaluator_version": "0.1.0",
+    }
 
 
 async def test_engine_service_compares_and_exports_like_the_batch_mode(tmp_path: Path) -> None:
     ids = [f"ghz_{i:02d}" for i in range(6)]
-    release_dir = write_release(tmp_path / "release", count=6,
-                                frozen={"oracle": [evaluation(p, True) for p in ids]})
-    run = await make_run(tmp_path / "runs", release_dir, "oracle-run", provider="oracle",
-                         model="oracle")
+    release_dir = write_release(
+        tmp_path / "release", count=6, frozen={"oracle": [evaluation(p, True) for p in ids]}
+    )
+    run = await make_run(
+        tmp_path / "runs", release_dir, "oracle-run", provider="oracle", model="oracle"
+    )
     (run / "evaluation").mkdir()
     path = run / "evaluation" / "pqid_bench_canonical_evaluations.jsonl"
     path.write_text("".join(json.dumps(evaluation(p, p != "ghz_03")) + "\n" for p in ids))
@@ -176,15 +198,22 @@ async def test_engine_service_compares_and_exports_like_the_batch_mode(tmp_path:
     assert not view.partial and view.prompt_count == 4
     cand, oracle = view.rows
     assert (cand.label, cand.denominator, cand.counts["structural_match"]) == (
-        "oracle/oracle", 4, 4)
+        "oracle/oracle",
+        4,
+        4,
+    )
     assert (oracle.label, oracle.counts["structural_match"]) == ("oracle", 4)
     assert service.taxonomy(run) == {"ok": 5, "gate_count_mismatch": 1}
     written = service.export(run, release_dir, allow_partial=False)
-    engine_view = compare(load_release(release_dir), path,
-                          candidate_manifest=run / "run-manifest.json", split="test")
-    assert {p.name for p in written} == {"pqid_bench_comparison.txt", "pqid_bench_comparison.md",
-                                         "pqid_bench_comparison.json",
-                                         "pqid_bench_comparison.csv"}
+    engine_view = compare(
+        load_release(release_dir), path, candidate_manifest=run / "run-manifest.json", split="test"
+    )
+    assert {p.name for p in written} == {
+        "pqid_bench_comparison.txt",
+        "pqid_bench_comparison.md",
+        "pqid_bench_comparison.json",
+        "pqid_bench_comparison.csv",
+    }
     for p in written:
         fmt = {".txt": "text", ".md": "markdown", ".json": "json", ".csv": "csv"}[p.suffix]
         assert p.read_text() == engine_view.render(fmt)
@@ -218,8 +247,10 @@ async def test_an_engine_refusal_is_reported_and_the_app_carries_on(tmp_path: Pa
 
 def shown(table: SortableTable) -> list[list[str]]:
     """The table's cells in display order, as text."""
-    return [[r.cells[c.key].text if c.key in r.cells else "" for c in table.table_columns]
-            for r in table.ordered]
+    return [
+        [r.cells[c.key].text if c.key in r.cells else "" for c in table.table_columns]
+        for r in table.ordered
+    ]
 
 
 def header_x(table: SortableTable, key: str) -> int:
@@ -242,35 +273,48 @@ def model_evaluation(pid: str, i: int, j: int) -> dict[str, Any]:
     """A synthetic evaluation: prompt i of row j, outcomes from a fixed pattern."""
     runs = (i * 7 + j * 5) % 11 != 0
     ok = runs and (i + 2 * j) % (3 + j % 4) != 0
-    return {"prompt_id": pid, "category": "ok" if ok else (
-                "gate_count_mismatch" if runs else "execution_error"),
-            "execution_ok": runs, "circuit_found": runs, "structural_match": ok,
-            "width_match": runs, "gate_types_match": runs, "gate_counts_match": ok,
-            "qasm3_ok": runs and (i + j) % 13 != 0, "equivalent": None,
-            "equivalence_reason": "not checked", "error": None, "duration_ms": 5,
-            "evaluator_version": "0.1.0"}
+    return {
+        "prompt_id": pid,
+        "category": "ok" if ok else ("gate_count_mismatch" if runs else "execution_error"),
+        "execution_ok": runs,
+        "circuit_found": runs,
+        "structural_match": ok,
+        "width_match": runs,
+        "gate_types_match": runs,
+        "gate_counts_match": ok,
+        "qasm3_ok": runs and (i + j) % 13 != 0,
+        "equivalent": None,
+        "equivalence_reason": "not checked",
+        "error": None,
+        "duration_ms": 5,
+        "evaluator_version": "0.1.0",
+    }
 
 
-ROW_NAMES = tuple(f"synthetic-model-{j:02d}" + ("-with-a-long-route-and-name" if j % 4 == 0
-                                                 else "") for j in range(1, 22))
+ROW_NAMES = tuple(
+    f"synthetic-model-{j:02d}" + ("-with-a-long-route-and-name" if j % 4 == 0 else "")
+    for j in range(1, 22)
+)
 
 
 def synthetic_matrix_release(root: Path, prompts: int = 70) -> Path:
     """A pqid-release/1 with `prompts` test prompts and 21 frozen model rows whose synthetic
     evaluations follow fixed patterns (so rates, counts and paired differences vary)."""
     ids = [f"ghz_{i:03d}" for i in range(prompts)]
-    frozen = {name: [model_evaluation(pid, i, j) for i, pid in enumerate(ids)]
-              for j, name in enumerate(ROW_NAMES, start=1)}
-    write_release(root, lines=[prompt_line(pid, 2 + i % 4) for i, pid in enumerate(ids)],
-                  frozen=frozen)
+    frozen = {
+        name: [model_evaluation(pid, i, j) for i, pid in enumerate(ids)]
+        for j, name in enumerate(ROW_NAMES, start=1)
+    }
+    write_release(
+        root, lines=[prompt_line(pid, 2 + i % 4) for i, pid in enumerate(ids)], frozen=frozen
+    )
     matrix_path = root / "frozen" / "matrix.json"
     matrix = json.loads(matrix_path.read_text())
     for row in matrix["rows"]:
         row.update(kind="model", provider="synthetic", model=row["label"])
     matrix_path.write_text(json.dumps(matrix))
     manifest = json.loads((root / "release.json").read_text())
-    manifest["files"]["frozen/matrix.json"] = hashlib.sha256(matrix_path.read_bytes()
-                                                             ).hexdigest()
+    manifest["files"]["frozen/matrix.json"] = hashlib.sha256(matrix_path.read_bytes()).hexdigest()
     (root / "release.json").write_text(json.dumps(manifest, indent=2))
     return root
 
@@ -288,8 +332,9 @@ async def synthetic_replayed_run(runs: Path, release: Path) -> Path:
     run = await make_run(runs, release, "groq-demo")
     ids = [p.prompt_id for p in load_release(release).prompts]
     (run / "evaluation").mkdir()
-    (run / "evaluation" / "pqid_bench_canonical_evaluations.jsonl").write_text("".join(
-        json.dumps(model_evaluation(pid, i, 0)) + "\n" for i, pid in enumerate(ids)))
+    (run / "evaluation" / "pqid_bench_canonical_evaluations.jsonl").write_text(
+        "".join(json.dumps(model_evaluation(pid, i, 0)) + "\n" for i, pid in enumerate(ids))
+    )
     return run
 
 
@@ -312,7 +357,8 @@ WIDE = (260, 60)
 
 
 async def test_sorting_by_every_column_from_the_keyboard_keeps_every_cell_whole(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Issue 13: sorting once drew every column at its header's width (`n` read `7` for `70`,
     names cut to three letters) and worked only with the mouse. Each column is sorted here
     with `s`, twice (both directions); after each, the order is checked against the column's
@@ -324,8 +370,7 @@ async def test_sorting_by_every_column_from_the_keyboard_keeps_every_cell_whole(
         table = screen.query_one("#comparison", SortableTable)
         assert screen.focused is table and len(table.ordered) == 22
         columns = table.table_columns
-        assert [c.key for c in columns][:6] == ["rank", "row", "kind", "n", "answered",
-                                                "execution"]
+        assert [c.key for c in columns][:6] == ["rank", "row", "kind", "n", "answered", "execution"]
         assert any(c.key.startswith("paired:") for c in columns)
         for index, column in enumerate(columns):
             directions = set()
@@ -336,8 +381,11 @@ async def test_sorting_by_every_column_from_the_keyboard_keeps_every_cell_whole(
                 values = [r.cells[column.key].value for r in table.ordered]
                 present = [v for v in values if v is not None]
                 assert values == present + [None] * (len(values) - len(present))
-                expected = sorted(present, key=lambda v: v if column.numeric
-                                  else str(v).casefold(), reverse=table.sort_reverse)
+                expected = sorted(
+                    present,
+                    key=lambda v: v if column.numeric else str(v).casefold(),
+                    reverse=table.sort_reverse,
+                )
                 assert present == expected, (column.key, table.sort_reverse)
                 check_whole(table)
                 # What a terminal draws before the table's next idle pass (the old bug).
@@ -350,13 +398,16 @@ async def test_sorting_by_every_column_from_the_keyboard_keeps_every_cell_whole(
 
 def visible_columns(table: SortableTable) -> list[str]:
     """The keys of the columns drawn in full in the table's viewport (fixed ones included)."""
-    widths = [table.columns[table.table_columns[i].key].get_render_width(table)
-              for i in range(len(table.table_columns))]
-    fixed = sum(widths[:table.fixed_columns])
+    widths = [
+        table.columns[table.table_columns[i].key].get_render_width(table)
+        for i in range(len(table.table_columns))
+    ]
+    fixed = sum(widths[: table.fixed_columns])
     keys, x = [], 0
     for i, (column, width) in enumerate(zip(table.table_columns, widths, strict=True)):
-        if i < table.fixed_columns or (x >= table.scroll_x + fixed
-                                       and x + width <= table.scroll_x + table.size.width):
+        if i < table.fixed_columns or (
+            x >= table.scroll_x + fixed and x + width <= table.scroll_x + table.size.width
+        ):
             keys.append(column.key)
         x += width
     return keys
@@ -422,16 +473,40 @@ async def test_the_names_stay_in_view_when_the_screen_is_wide_enough(tmp_path: P
 class LongCountsService(FakeReplayService):
     """A replay whose summary line is longer than the log is wide."""
 
-    def replay(self, run_dir: Path, release_dir: Path, options: Any, progress: Any, *,
-               acknowledge_code_execution: bool, overwrite: bool) -> dict[str, int]:
+    def replay(
+        self,
+        run_dir: Path,
+        release_dir: Path,
+        options: Any,
+        progress: Any,
+        *,
+        acknowledge_code_execution: bool,
+        overwrite: bool,
+    ) -> dict[str, int]:
         from engine.events import ReplayFinished
 
-        counts = super().replay(run_dir, release_dir, options, lambda e: None,
-                                acknowledge_code_execution=acknowledge_code_execution,
-                                overwrite=overwrite)
-        progress(ReplayFinished(str(run_dir / "evaluation"), {
-            "execution_error": 12, "gate_count_mismatch": 31, "gate_type_mismatch": 9,
-            "no_circuit": 3, "ok": 154, "syntax_error": 2, "width_mismatch": 4}))
+        counts = super().replay(
+            run_dir,
+            release_dir,
+            options,
+            lambda e: None,
+            acknowledge_code_execution=acknowledge_code_execution,
+            overwrite=overwrite,
+        )
+        progress(
+            ReplayFinished(
+                str(run_dir / "evaluation"),
+                {
+                    "execution_error": 12,
+                    "gate_count_mismatch": 31,
+                    "gate_type_mismatch": 9,
+                    "no_circuit": 3,
+                    "ok": 154,
+                    "syntax_error": 2,
+                    "width_mismatch": 4,
+                },
+            )
+        )
         return counts
 
 
@@ -447,8 +522,9 @@ async def test_what_the_user_reads_is_never_cut_off(tmp_path: Path) -> None:
     async with app.run_test(size=(80, 40)) as pilot:
         screen = await open_replay(app, pilot)
         box = screen.query_one("#acknowledge_execution", Checkbox)
-        drawn_box = " ".join("".join(s.text for s in box.render_line(y)).strip()
-                             for y in range(box.region.height))
+        drawn_box = " ".join(
+            "".join(s.text for s in box.render_line(y)).strip() for y in range(box.region.height)
+        )
         assert " ".join(drawn_box.split()).endswith(EXECUTION_NOTE.split()[-1])
         assert "…" not in drawn_box and "tight limits." in drawn_box
         box.value = True
@@ -498,8 +574,9 @@ async def test_base_image_and_wheelhouse_are_remembered(tmp_path: Path) -> None:
     await make_run(runs, release, "groq-demo")
     settings = tmp_path / "config" / "settings.json"
     service = FakeReplayService()
-    app = make_app(release, runs, replay_service=service, base_image="local/py:3.11",
-                   settings_path=settings)
+    app = make_app(
+        release, runs, replay_service=service, base_image="local/py:3.11", settings_path=settings
+    )
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_replay(app, pilot)
         assert screen.query_one("#base_image", Input).value == "local/py:3.11"
@@ -540,7 +617,8 @@ def test_a_missing_base_image_is_explained_in_the_apps_words() -> None:
     from pqid_tui.services.replay import ImageOptions
 
     status = EngineReplayService(FakeDockerClient()).docker_status(
-        ImageOptions("local/none:1", None, None))
+        ImageOptions("local/none:1", None, None)
+    )
     assert status.reachable and not status.image_present
     assert "local/none:1 is not on this Docker Engine: Build image pulls it" in status.detail
     assert "--build-image" not in status.detail and "--base-image" not in status.detail
@@ -555,6 +633,7 @@ async def test_a_run_without_one_answer_is_replayed_as_no_response(tmp_path: Pat
     ids = [p.prompt_id for p in load_release(release).prompts]
     run = await make_run(tmp_path / "runs", release, plan={pid: [400] for pid in ids})
     assert not (run / "responses.jsonl").exists()
-    result = replay(release, run / "responses.jsonl", run / "evaluation",
-                    acknowledge_code_execution=True)
+    result = replay(
+        release, run / "responses.jsonl", run / "evaluation", acknowledge_code_execution=True
+    )
     assert result.summary["categories"].get("no_response") == len(ids)

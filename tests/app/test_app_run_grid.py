@@ -17,8 +17,10 @@ from pqid_tui.screens.monitor import FilterInput, MonitorScreen
 from pqid_tui.widgets.run_grid import RunGrid
 from tests.app.test_app_support import SIZE, FakeReplayService, make_run, small_release
 
-LONG_ERROR = ("bad_request: HTTP 400 from the provider: the field 'max_tokens' is larger than "
-              "this model allows (8192); lower --max-tokens or choose another model")
+LONG_ERROR = (
+    "bad_request: HTTP 400 from the provider: the field 'max_tokens' is larger than "
+    "this model allows (8192); lower --max-tokens or choose another model"
+)
 
 
 async def open_monitor(app: PqidApp, pilot: Any, run_dir: Path) -> MonitorScreen:
@@ -38,8 +40,9 @@ def text_of(screen: MonitorScreen, selector: str) -> str:
 async def errored_app(tmp_path: Path) -> tuple[PqidApp, Path]:
     """An app over a run in which ghz_01 and ghz_04 ended in errors, and that run."""
     release = small_release(tmp_path)
-    run = await make_run(tmp_path / "runs", release, plan={
-        "ghz_01": [400], "ghz_04": [400]}, max_retries=0)
+    run = await make_run(
+        tmp_path / "runs", release, plan={"ghz_01": [400], "ghz_04": [400]}, max_retries=0
+    )
     return make_app(release, tmp_path / "runs", replay_service=FakeReplayService()), run
 
 
@@ -68,8 +71,7 @@ async def test_slash_filters_the_grid_enter_keeps_escape_clears(tmp_path: Path) 
         assert grid.ids == ["ghz_01", "ghz_04"]
 
 
-async def test_f_shows_only_errors_and_o_sorts_what_needs_attention_first(
-        tmp_path: Path) -> None:
+async def test_f_shows_only_errors_and_o_sorts_what_needs_attention_first(tmp_path: Path) -> None:
     app, run = await errored_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -98,8 +100,9 @@ async def test_f_shows_only_errors_and_o_sorts_what_needs_attention_first(
 async def test_the_whole_error_of_the_row_under_the_cursor_is_readable(tmp_path: Path) -> None:
     release = small_release(tmp_path)
     progress = RunProgress()
-    progress.apply(RunStarted("x", "groq", "demo-model", 6, 6, 0, tuple(
-        f"ghz_{i:02d}" for i in range(6))))
+    progress.apply(
+        RunStarted("x", "groq", "demo-model", 6, 6, 0, tuple(f"ghz_{i:02d}" for i in range(6)))
+    )
     progress.apply(PromptStateChanged("ghz_02", "error", 1, LONG_ERROR))
     app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
     async with app.run_test(size=SIZE) as pilot:
@@ -113,7 +116,7 @@ async def test_the_whole_error_of_the_row_under_the_cursor_is_readable(tmp_path:
         await pilot.pause()
         detail = text_of(screen, "#row-detail")
         assert "ghz_02" in detail and "attempt 1" in detail
-        assert " ".join(detail.split()) .endswith(LONG_ERROR.split()[-1])
+        assert " ".join(detail.split()).endswith(LONG_ERROR.split()[-1])
         assert "".join(detail.split()).endswith("".join(LONG_ERROR.split()))
 
 
@@ -122,16 +125,20 @@ async def test_marking_is_in_the_footer(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         screen = await open_monitor(app, pilot, run)
-        shown = {b.binding.key: b.binding.description for b in
-                 screen.active_bindings.values() if b.binding.show}
+        shown = {
+            b.binding.key: b.binding.description
+            for b in screen.active_bindings.values()
+            if b.binding.show
+        }
         assert shown.get("space") == "Mark" and "slash" in shown and "f" in shown and "o" in shown
 
 
 async def test_prompt_ids_stay_readable_at_80_columns(tmp_path: Path) -> None:
     release = DEMO_RELEASE_DIR
     ids = sorted((p.prompt_id for p in load_release(release).prompts), key=len)[-6:]
-    run = await make_run(tmp_path / "runs", release, plan={ids[0]: [400]}, max_retries=0,
-                         prompt_ids=tuple(ids))
+    run = await make_run(
+        tmp_path / "runs", release, plan={ids[0]: [400]}, max_retries=0, prompt_ids=tuple(ids)
+    )
     app = make_app(release, tmp_path / "runs", replay_service=FakeReplayService())
     async with app.run_test(size=(80, 30)) as pilot:
         await pilot.pause()

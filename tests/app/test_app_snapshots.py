@@ -47,19 +47,31 @@ def place(request: pytest.FixtureRequest) -> Iterator[Path]:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def app_with_runs(place: Path, *, runs: bool = True,
-                  service: FakeReplayService | None = None) -> PqidApp:
+def app_with_runs(
+    place: Path, *, runs: bool = True, service: FakeReplayService | None = None
+) -> PqidApp:
     release = write_release(place / "release", count=6)
     if runs:
-        asyncio.run(make_run(place / "runs", release, "groq-demo",
-                             plan={"ghz_01": [503], "ghz_04": [400]},
-                             uncertain=("ghz_05",),
-                             content=lambda pid, code: (HOSTILE if pid == "ghz_00" else "")
-                             + code))
-        asyncio.run(make_run(place / "runs", release, "oracle-full", provider="oracle",
-                             model="reference"))
-    return make_app(release, place / "runs", env={}, clock=frozen_clock,
-                    replay_service=service or FakeReplayService())
+        asyncio.run(
+            make_run(
+                place / "runs",
+                release,
+                "groq-demo",
+                plan={"ghz_01": [503], "ghz_04": [400]},
+                uncertain=("ghz_05",),
+                content=lambda pid, code: (HOSTILE if pid == "ghz_00" else "") + code,
+            )
+        )
+        asyncio.run(
+            make_run(place / "runs", release, "oracle-full", provider="oracle", model="reference")
+        )
+    return make_app(
+        release,
+        place / "runs",
+        env={},
+        clock=frozen_clock,
+        replay_service=service or FakeReplayService(),
+    )
 
 
 async def settle(pilot: Any) -> None:
@@ -70,8 +82,7 @@ async def settle(pilot: Any) -> None:
 def test_home_empty(snap_compare: Any, place: Path) -> None:
     """Home on an empty runs directory: the release panel (test-release 0.0.1, 6 prompts:
     dev 2, test 4, verified digest) and the hint to press n for a first oracle run."""
-    assert snap_compare(app_with_runs(place, runs=False), terminal_size=SIZE,
-                        run_before=settle)
+    assert snap_compare(app_with_runs(place, runs=False), terminal_size=SIZE, run_before=settle)
 
 
 def test_home_with_runs(snap_compare: Any, place: Path) -> None:
@@ -84,6 +95,7 @@ def test_new_run_form_and_plan(snap_compare: Any, place: Path) -> None:
     """New run with the default oracle route: the form on the left, and on the right the
     dry-run plan (contacts provider: no, 6 selected prompts, the digests, output dir
     runs/oracle-reference-2... or oracle-reference) with no errors."""
+
     async def before(pilot: Any) -> None:
         await settle(pilot)
         await pilot.press("n")
@@ -96,6 +108,7 @@ def test_new_run_validation_errors(snap_compare: Any, place: Path) -> None:
     """New run on the groq route with temperature 5 and a credential-shaped extra body field:
     the red messages sit under the temperature and extra-body fields, the plan panel says there
     is no plan, and Start is disabled."""
+
     async def before(pilot: Any) -> None:
         from textual.widgets import Input, Select
 
@@ -116,6 +129,7 @@ def test_monitor_final_state(snap_compare: Any, place: Path) -> None:
     """Run monitor of groq-demo opened from disk: six rows (ghz_01 success after a retry,
     ghz_04 error with its HTTP 400, ghz_05 uncertain), the totals line without clock values,
     and the retry queue holding ghz_04 and ghz_05."""
+
     async def before(pilot: Any) -> None:
         await settle(pilot)
         await pilot.press("enter")
@@ -128,6 +142,7 @@ def test_monitor_at_80_columns_filtered_to_errors(snap_compare: Any, place: Path
     """The same monitor in an 80-column terminal after `f`: the retry queue under the grid,
     the grid showing only ghz_04 ("1 of 6 shown, only error"), and under it the error of the
     row under the cursor in full."""
+
     async def before(pilot: Any) -> None:
         await settle(pilot)
         await pilot.press("enter")
@@ -141,6 +156,7 @@ def test_monitor_at_80_columns_filtered_to_errors(snap_compare: Any, place: Path
 def test_retry_uncertain_confirmation(snap_compare: Any, place: Path) -> None:
     """The confirmation before resending an uncertain prompt: it names the groq route and
     explains the possible extra paid draw and that the uncertain attempt stays in history."""
+
     async def before(pilot: Any) -> None:
         await settle(pilot)
         await pilot.press("enter")
@@ -156,6 +172,7 @@ def test_payload_inspector_escapes_hostile_output(snap_compare: Any, place: Path
     clear-screen escapes and Rich markup: the summary with the request hash (matches the body),
     the highlighted JSON request body; scrolled down, the attempts and raw body. No escape is
     interpreted: the picture has no red text and no link."""
+
     async def before(pilot: Any) -> None:
         await settle(pilot)
         await pilot.press("enter")
@@ -170,6 +187,7 @@ def test_payload_inspector_response(snap_compare: Any, place: Path) -> None:
     """The bottom of ghz_00's payload inspector: the canonical response shown with visible
     \\x1b escapes and a literal [bold]not bold[/bold], and the extracted code highlighted as
     Python."""
+
     async def before(pilot: Any) -> None:
         await settle(pilot)
         await pilot.press("enter")
@@ -185,8 +203,9 @@ def test_payload_inspector_response(snap_compare: Any, place: Path) -> None:
 def test_credentials(snap_compare: Any, place: Path, memory_keyring: Any) -> None:  # noqa: F811
     """Credentials with no environment variables and an empty keyring: every route listed,
     sources "missing" for keyed routes and "none" for local and oracle, the check note."""
-    assert snap_compare(app_with_runs(place, runs=False), terminal_size=SIZE,
-                        press=["c"], run_before=settle)
+    assert snap_compare(
+        app_with_runs(place, runs=False), terminal_size=SIZE, press=["c"], run_before=settle
+    )
 
 
 def test_replay_and_compare(snap_compare: Any, place: Path) -> None:
@@ -195,6 +214,7 @@ def test_replay_and_compare(snap_compare: Any, place: Path) -> None:
     marks, sorted by execution (▼, the cursor on that column), the run's row in bold accent,
     the bar chart of execution rates (the run marked ▶) and the failure taxonomy (scrolled to
     the end)."""
+
     async def before(pilot: Any) -> None:
         from textual.widgets import Checkbox
 
@@ -224,12 +244,14 @@ def compare_app(place: Path) -> PqidApp:
 
     release = synthetic_matrix_release(place / "release")
     asyncio.run(synthetic_replayed_run(place / "runs", release))
-    return make_app(release, place / "runs", env={}, clock=frozen_clock,
-                    replay_service=EngineCompareService())
+    return make_app(
+        release, place / "runs", env={}, clock=frozen_clock, replay_service=EngineCompareService()
+    )
 
 
 def open_comparison(widget: str) -> Any:
     """Open Replay and compare, compare (m), scroll `widget` to the top of the screen."""
+
     async def before(pilot: Any) -> None:
         await settle(pilot)
         await pilot.press("r")
@@ -237,8 +259,9 @@ def open_comparison(widget: str) -> Any:
         await pilot.press("m")
         await settle(pilot)
         screen = pilot.app.screen
-        screen.query_one("#replay").scroll_to_widget(screen.query_one(widget), top=True,
-                                                     animate=False)
+        screen.query_one("#replay").scroll_to_widget(
+            screen.query_one(widget), top=True, animate=False
+        )
         await settle(pilot)
 
     return before
@@ -250,8 +273,9 @@ def test_compare_with_22_rows(snap_compare: Any, place: Path) -> None:
     rank column under the cursor), every name whole (the long synthetic names included),
     kind, n = 70, answered and the rate columns as `rate% (count/70)`, the run's row in bold
     accent; the rest of the columns are to the right (horizontal scrollbar)."""
-    assert snap_compare(compare_app(place), terminal_size=SIZE,
-                        run_before=open_comparison("#compare-note"))
+    assert snap_compare(
+        compare_app(place), terminal_size=SIZE, run_before=open_comparison("#compare-note")
+    )
 
 
 def test_compare_chart_with_22_rows(snap_compare: Any, place: Path) -> None:
@@ -259,12 +283,12 @@ def test_compare_chart_with_22_rows(snap_compare: Any, place: Path) -> None:
     lines, one bar per row in decreasing order, each with its rate and (count/70); the run's
     line marked ▶ in the accent colour; the two names too long for a third of the width end
     in an ellipsis."""
-    assert snap_compare(compare_app(place), terminal_size=SIZE,
-                        run_before=open_comparison("#chart"))
+    assert snap_compare(
+        compare_app(place), terminal_size=SIZE, run_before=open_comparison("#chart")
+    )
 
 
-def test_compare_pqid_bench_21_models(snap_compare: Any, place: Path,
-                                      pqid_bench: Any) -> None:
+def test_compare_pqid_bench_21_models(snap_compare: Any, place: Path, pqid_bench: Any) -> None:
     """PQID-Bench v1.0.0 at 160x48: a run that answered with Llama 3.3 70B Versatile's
     archived responses, scored with its frozen verdicts, among the 21 frozen models: the note
     naming the 150-prompt identifiability subset and `publishable`; 22 rows by rank (Claude
@@ -274,15 +298,20 @@ def test_compare_pqid_bench_21_models(snap_compare: Any, place: Path,
     from tests.app.test_app_pqid_bench import CompareOnly, replayed_evidence_run
 
     asyncio.run(replayed_evidence_run(place / "runs", pqid_bench.evidence))
-    app = make_app(pqid_bench.evidence, place / "runs", env={}, clock=frozen_clock,
-                   replay_service=CompareOnly())
-    assert snap_compare(app, terminal_size=(160, 48),
-                        run_before=open_comparison("#compare-note"))
+    app = make_app(
+        pqid_bench.evidence,
+        place / "runs",
+        env={},
+        clock=frozen_clock,
+        replay_service=CompareOnly(),
+    )
+    assert snap_compare(app, terminal_size=(160, 48), run_before=open_comparison("#compare-note"))
 
 
 def test_help_screen(snap_compare: Any, place: Path) -> None:
     """F1 over the run monitor: the monitor's help text, the run grid's help (the focused
     widget) and the table of keys with their actions."""
+
     async def before(pilot: Any) -> None:
         await settle(pilot)
         await pilot.press("enter")
@@ -295,5 +324,6 @@ def test_help_screen(snap_compare: Any, place: Path) -> None:
 
 def test_light_theme(snap_compare: Any, place: Path) -> None:
     """Home with runs in the light theme (ctrl+t)."""
-    assert snap_compare(app_with_runs(place), terminal_size=SIZE, press=["ctrl+t"],
-                        run_before=settle)
+    assert snap_compare(
+        app_with_runs(place), terminal_size=SIZE, press=["ctrl+t"], run_before=settle
+    )

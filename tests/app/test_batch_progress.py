@@ -14,8 +14,13 @@ from tests.conftest import ROOT, cli
 def run_on_a_terminal(*args: str, timeout: float = 120) -> tuple[int, str, str]:
     """Run `pqid-tui` with stderr on a pseudo-terminal; (exit code, stdout, stderr text)."""
     leader, follower = os.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "pqid_tui", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pqid_tui", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(follower)
     chunks: list[bytes] = []
     while True:
@@ -40,8 +45,19 @@ def run_on_a_terminal(*args: str, timeout: float = 120) -> tuple[int, str, str]:
 
 def test_a_terminal_gets_one_updating_progress_line(release_dir: Path, tmp_path: Path) -> None:
     code, out, err = run_on_a_terminal(
-        "--batch", "run-model", "--release-dir", str(release_dir), "--provider", "oracle",
-        "--concurrency", "1", "--limit", "4", "--output-dir", str(tmp_path / "run"))
+        "--batch",
+        "run-model",
+        "--release-dir",
+        str(release_dir),
+        "--provider",
+        "oracle",
+        "--concurrency",
+        "1",
+        "--limit",
+        "4",
+        "--output-dir",
+        str(tmp_path / "run"),
+    )
     assert code == 0, err
     assert '"success": 4' in out
     # Redrawn in place (carriage return, erase line), never one line per request.
@@ -60,8 +76,18 @@ def test_a_terminal_gets_one_updating_progress_line(release_dir: Path, tmp_path:
 
 
 def test_a_pipe_keeps_one_line_per_request(release_dir: Path, tmp_path: Path) -> None:
-    result = cli("--batch", "run-model", "--release-dir", str(release_dir), "--provider",
-                 "oracle", "--limit", "3", "--output-dir", str(tmp_path / "run"))
+    result = cli(
+        "--batch",
+        "run-model",
+        "--release-dir",
+        str(release_dir),
+        "--provider",
+        "oracle",
+        "--limit",
+        "3",
+        "--output-dir",
+        str(tmp_path / "run"),
+    )
     assert result.returncode == 0, result.stderr
     assert "\r" not in result.stderr and "\x1b" not in result.stderr
     lines = result.stderr.splitlines()
@@ -163,7 +189,9 @@ def test_rescore_on_a_terminal_redraws_cells_and_keeps_a_line_per_model() -> Non
             progress(RescoreProgress(model, f"p{i}", done, 308, i + 1, 154))
     lines = [line.split("\r\x1b[K")[-1] for line in stream.text.split("\n") if line]
     assert [line.split(" (")[0] for line in lines] == [
-        "model-a: 154 cells scored", "model-b: 154 cells scored"], lines
+        "model-a: 154 cells scored",
+        "model-b: 154 cells scored",
+    ], lines
     frames = [f for f in stream.text.split("\r\x1b[K") if f.startswith("[")]
     assert any("model-a 1/154" in f for f in frames) and any("model-b 1/154" in f for f in frames)
     assert "308/308 cells" in frames[-1]

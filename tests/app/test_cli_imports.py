@@ -9,26 +9,56 @@ from tests.bench.startup import DRY_RUN_ARGS, HELP_ARGS, imported_modules
 
 # Loaded by none of the commands below; each is a top-level package or an engine module
 # that does a command's work.
-NEVER = {"textual", "qiskit", "docker", "keyring", "rich", "pqid_tui.app",
-         "engine.run.live", "engine.replay.docker", "engine.replay.replay", "engine.run.batch",
-         "engine.replay.compare", "engine.providers.oracle", "engine.rundir.records"}
+NEVER = {
+    "textual",
+    "qiskit",
+    "docker",
+    "keyring",
+    "rich",
+    "pqid_tui.app",
+    "engine.run.live",
+    "engine.replay.docker",
+    "engine.replay.replay",
+    "engine.run.batch",
+    "engine.replay.compare",
+    "engine.providers.oracle",
+    "engine.rundir.records",
+}
 
 
 def loaded(modules: set[str], names: set[str]) -> list[str]:
     return sorted(n for n in names if n in modules or n in {m.split(".")[0] for m in modules})
 
 
-@pytest.mark.parametrize("args", [
-    HELP_ARGS,
-    *(["--batch", command, "--help"]
-      for command in ("run-model", "credentials", "replay", "compare", "demo")),
-    ["--version"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        HELP_ARGS,
+        *(
+            ["--batch", command, "--help"]
+            for command in ("run-model", "credentials", "replay", "compare", "demo")
+        ),
+        ["--version"],
+    ],
+)
 def test_help_loads_no_engine_work_and_no_heavy_package(args: list[str]) -> None:
     code, modules = imported_modules(args)
     assert code == 0
-    assert loaded(modules, NEVER | {"httpx", "pydantic", "engine.config", "engine.run.plan",
-                                    "engine.release", "engine.events"}) == []
+    assert (
+        loaded(
+            modules,
+            NEVER
+            | {
+                "httpx",
+                "pydantic",
+                "engine.config",
+                "engine.run.plan",
+                "engine.release",
+                "engine.events",
+            },
+        )
+        == []
+    )
 
 
 def test_dry_run_loads_no_network_ui_or_container_code() -> None:

@@ -53,8 +53,9 @@ def current_rss_kib(pid: int) -> int | None:
     return None
 
 
-def run_measured(cmd: Sequence[str], log: Path, timeout: float, env: dict[str, str] | None = None
-                 ) -> dict[str, Any]:
+def run_measured(
+    cmd: Sequence[str], log: Path, timeout: float, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Run `cmd` to its end: wall seconds, exit status, peak RSS (MiB) and RSS samples."""
     with log.open("wb") as out:
         proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -76,8 +77,13 @@ def run_measured(cmd: Sequence[str], log: Path, timeout: float, env: dict[str, s
     seconds = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)  # wait4 reaped it, not Popen
     # ru_maxrss is in KiB on Linux.
-    return {"seconds": seconds, "exit": proc.returncode, "timed_out": timed_out,
-            "peak_rss_mib": usage.ru_maxrss / 1024, "samples": samples}
+    return {
+        "seconds": seconds,
+        "exit": proc.returncode,
+        "timed_out": timed_out,
+        "peak_rss_mib": usage.ru_maxrss / 1024,
+        "samples": samples,
+    }
 
 
 def pqid_command() -> list[str]:
@@ -99,17 +105,21 @@ def top_allocations(limit: int) -> list[str]:
     import tracemalloc
 
     snapshot = tracemalloc.take_snapshot().filter_traces(
-        [tracemalloc.Filter(False, tracemalloc.__file__)])
+        [tracemalloc.Filter(False, tracemalloc.__file__)]
+    )
     stats = snapshot.statistics("lineno")
     out = [f"{sum(s.size for s in stats) / 2**20:7.2f} MiB traced in all"]
     for stat in stats[:limit]:
         frame = stat.traceback[0]
-        out.append(f"{stat.size / 2**20:7.2f} MiB in {stat.count:7d} blocks  "
-                   f"{frame.filename}:{frame.lineno}")
+        out.append(
+            f"{stat.size / 2**20:7.2f} MiB in {stat.count:7d} blocks  "
+            f"{frame.filename}:{frame.lineno}"
+        )
     return out
 
 
 # -- the app child ------------------------------------------------------------------------------
+
 
 async def drive_app(args: argparse.Namespace) -> dict[str, Any]:
     """In the child: run the whole release in the app, headless, then go back home."""
@@ -126,10 +136,16 @@ async def drive_app(args: argparse.Namespace) -> dict[str, Any]:
         return (current_rss_kib(os.getpid()) or 0) / 1024
 
     app = make_app(args.release_dir, args.output_dir.parent)
-    config = make_config(release_dir=args.release_dir, output_dir=args.output_dir,
-                         provider="local", base_url=args.base_url + "/v1", model="loopback-1",
-                         no_auth=True, acknowledge_prompt_export=True,
-                         concurrency=args.concurrency)
+    config = make_config(
+        release_dir=args.release_dir,
+        output_dir=args.output_dir,
+        provider="local",
+        base_url=args.base_url + "/v1",
+        model="loopback-1",
+        no_auth=True,
+        acknowledge_prompt_export=True,
+        concurrency=args.concurrency,
+    )
     result: dict[str, Any] = {}
     async with app.run_test(size=APP_SIZE) as pilot:
         await pilot.pause()
@@ -169,9 +185,13 @@ async def drive_app(args: argparse.Namespace) -> dict[str, Any]:
             progress = app.run_progress
             if first_done is None and progress is not None and progress.finished_prompts:
                 first_done = time.perf_counter() - t0
-            if (args.tracemalloc and "mid_run_allocations" not in result
-                    and progress is not None and progress.to_send
-                    and progress.finished_prompts >= 0.6 * progress.to_send):
+            if (
+                args.tracemalloc
+                and "mid_run_allocations" not in result
+                and progress is not None
+                and progress.to_send
+                and progress.finished_prompts >= 0.6 * progress.to_send
+            ):
                 result["mid_run_allocations"] = top_allocations(args.tracemalloc)
                 result["mid_run_rss_mib"] = rss_now()
         result["seconds"] = time.perf_counter() - t0
@@ -214,8 +234,11 @@ async def drive_app(args: argparse.Namespace) -> dict[str, Any]:
         while time.perf_counter() < home_deadline:
             await asyncio.sleep(0.1)
             home = app.screen
-            if (isinstance(home, HomeScreen) and home.runs is not listed_before and not any(
-                    w.group == "home-runs" and not w.is_finished for w in app.workers)):
+            if (
+                isinstance(home, HomeScreen)
+                and home.runs is not listed_before
+                and not any(w.group == "home-runs" and not w.is_finished for w in app.workers)
+            ):
                 result["home_listed"] = [(i.name, i.success) for i in home.runs]
                 break
         result["home_seconds"] = time.perf_counter() - t_home
@@ -238,6 +261,7 @@ def app_child(args: argparse.Namespace) -> int:
 
 # -- the batch child under tracemalloc ----------------------------------------------------------
 
+
 def batch_child(args: argparse.Namespace, rest: list[str]) -> int:
     """In the child: the batch mode's main under tracemalloc, then the top allocation sites."""
     import tracemalloc
@@ -255,11 +279,26 @@ def batch_child(args: argparse.Namespace, rest: list[str]) -> int:
 
 # -- the parent ---------------------------------------------------------------------------------
 
+
 def batch_args(base: str, release: Path, out: Path, concurrency: int) -> list[str]:
-    return ["--batch", "run-model", "--provider", "local", "--base-url", base + "/v1",
-            "--model", "loopback-1", "--no-auth", "--acknowledge-third-party-prompt-export",
-            "--release-dir", str(release), "--output-dir", str(out),
-            "--concurrency", str(concurrency)]
+    return [
+        "--batch",
+        "run-model",
+        "--provider",
+        "local",
+        "--base-url",
+        base + "/v1",
+        "--model",
+        "loopback-1",
+        "--no-auth",
+        "--acknowledge-third-party-prompt-export",
+        "--release-dir",
+        str(release),
+        "--output-dir",
+        str(out),
+        "--concurrency",
+        str(concurrency),
+    ]
 
 
 def find_summary(run_dir: Path) -> dict[str, Any]:
@@ -278,15 +317,23 @@ def tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def measure_batch(work: Path, base: str, release: Path, args: argparse.Namespace
-                  ) -> dict[str, Any]:
+def measure_batch(work: Path, base: str, release: Path, args: argparse.Namespace) -> dict[str, Any]:
     out = work / "batch-run"
     rest = batch_args(base, release, out, args.concurrency)
     result_file = work / "batch-child.json"
     if args.tracemalloc:
-        cmd = [sys.executable, "-m", "tests.bench.memory", "--batch-child",
-               "--tracemalloc", str(args.tracemalloc), "--result-file", str(result_file),
-               "--", *rest]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tests.bench.memory",
+            "--batch-child",
+            "--tracemalloc",
+            str(args.tracemalloc),
+            "--result-file",
+            str(result_file),
+            "--",
+            *rest,
+        ]
     else:
         cmd = [*pqid_command(), *rest]
     r = run_measured(cmd, work / "batch.log", args.timeout + 30)
@@ -298,14 +345,26 @@ def measure_batch(work: Path, base: str, release: Path, args: argparse.Namespace
     return r
 
 
-def measure_app(work: Path, base: str, release: Path, args: argparse.Namespace
-                ) -> dict[str, Any]:
+def measure_app(work: Path, base: str, release: Path, args: argparse.Namespace) -> dict[str, Any]:
     result_file = work / "app-child.json"
-    cmd = [sys.executable, "-m", "tests.bench.memory", "--app-child",
-           "--base-url", base, "--release-dir", str(release),
-           "--output-dir", str(work / "app-runs" / "app-run"),
-           "--concurrency", str(args.concurrency), "--timeout", str(args.timeout),
-           "--result-file", str(result_file)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.bench.memory",
+        "--app-child",
+        "--base-url",
+        base,
+        "--release-dir",
+        str(release),
+        "--output-dir",
+        str(work / "app-runs" / "app-run"),
+        "--concurrency",
+        str(args.concurrency),
+        "--timeout",
+        str(args.timeout),
+        "--result-file",
+        str(result_file),
+    ]
     if args.tracemalloc:
         cmd += ["--tracemalloc", str(args.tracemalloc)]
     r = run_measured(cmd, work / "app.log", args.timeout + 60)
@@ -322,29 +381,38 @@ def measure_app(work: Path, base: str, release: Path, args: argparse.Namespace
 def report(name: str, r: dict[str, Any], prompts: int) -> None:
     peak = r["peak_rss_mib"]
     done = r.get("summary") or {}
-    print(f"{name}: peak RSS {peak:.1f} MiB = {peak / TARGET_MIB:.2f} of the "
-          f"{TARGET_MIB:.0f} MiB target; {prompts} prompts in {r['seconds']:.1f} s "
-          f"(exit {r['exit']}{', timed out' if r['timed_out'] else ''}); run summary "
-          f"{json.dumps(done) if done else 'not found'}", flush=True)
+    print(
+        f"{name}: peak RSS {peak:.1f} MiB = {peak / TARGET_MIB:.2f} of the "
+        f"{TARGET_MIB:.0f} MiB target; {prompts} prompts in {r['seconds']:.1f} s "
+        f"(exit {r['exit']}{', timed out' if r['timed_out'] else ''}); run summary "
+        f"{json.dumps(done) if done else 'not found'}",
+        flush=True,
+    )
     print(f"  RSS over time: {growth(r['samples'])}")
     if "rss_before_run_mib" in r:
-        print(f"  app: {r['rss_before_run_mib']:.1f} MiB before the run, "
-              f"{r['rss_after_run_mib']:.1f} MiB after it, {r['rss_after_home_mib']:.1f} MiB "
-              f"back on the home screen ({r['home_seconds']:.1f} s to list the runs: "
-              f"{r.get('home_listed')})")
+        print(
+            f"  app: {r['rss_before_run_mib']:.1f} MiB before the run, "
+            f"{r['rss_after_run_mib']:.1f} MiB after it, {r['rss_after_home_mib']:.1f} MiB "
+            f"back on the home screen ({r['home_seconds']:.1f} s to list the runs: "
+            f"{r.get('home_listed')})"
+        )
         first = r.get("first_prompt_done_s")
-        print(f"  the run took {r['run_seconds']:.1f} s (first prompt done at "
-              f"{first if first is None else round(first, 1)} s), finished: "
-              f"{r.get('finished')}, screen {r.get('screen')}, grid rows {r.get('grid_rows')}; "
-              f"a 50 ms timer fired up to {r['worst_lag_ms']:.0f} ms late (at "
-              f"{r['worst_lag_at_s']:.1f} s), {r['lags_over_100ms']} times over 100 ms; "
-              f"{r['full_gc_count']} full garbage collections, the longest "
-              f"{r['full_gc_worst_ms']:.0f} ms, {r['full_gc_total_ms']:.0f} ms in all")
+        print(
+            f"  the run took {r['run_seconds']:.1f} s (first prompt done at "
+            f"{first if first is None else round(first, 1)} s), finished: "
+            f"{r.get('finished')}, screen {r.get('screen')}, grid rows {r.get('grid_rows')}; "
+            f"a 50 ms timer fired up to {r['worst_lag_ms']:.0f} ms late (at "
+            f"{r['worst_lag_at_s']:.1f} s), {r['lags_over_100ms']} times over 100 ms; "
+            f"{r['full_gc_count']} full garbage collections, the longest "
+            f"{r['full_gc_worst_ms']:.0f} ms, {r['full_gc_total_ms']:.0f} ms in all"
+        )
         if r.get("run_error"):
             print(f"  run error: {r['run_error']}")
     if r.get("mid_run_allocations"):
-        print(f"  largest allocation sites 60% into the run (RSS then "
-              f"{r['mid_run_rss_mib']:.0f} MiB):")
+        print(
+            f"  largest allocation sites 60% into the run (RSS then "
+            f"{r['mid_run_rss_mib']:.0f} MiB):"
+        )
         for line in r["mid_run_allocations"]:
             print(f"    {line}")
     if r.get("top_allocations"):
@@ -356,19 +424,38 @@ def report(name: str, r: dict[str, Any], prompts: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.memory",
-                                     description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.memory",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     parser.add_argument("--prompts", type=int, default=10000)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--latency", type=float, default=0.05,
-                        help="seconds the loopback provider takes to answer each request")
+    parser.add_argument(
+        "--latency",
+        type=float,
+        default=0.05,
+        help="seconds the loopback provider takes to answer each request",
+    )
     parser.add_argument("--only", choices=("batch", "app"), default=None)
-    parser.add_argument("--timeout", type=float, default=600.0,
-                        help="seconds a run may take before it is stopped and reported")
-    parser.add_argument("--tracemalloc", type=int, default=0, metavar="N",
-                        help="also list the N largest allocation sites held at the end")
-    parser.add_argument("--work-dir", type=Path, default=None,
-                        help="where the runs are written (default: a temporary directory)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds a run may take before it is stopped and reported",
+    )
+    parser.add_argument(
+        "--tracemalloc",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also list the N largest allocation sites held at the end",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where the runs are written (default: a temporary directory)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     # The children (internal).
     parser.add_argument("--app-child", action="store_true", help=argparse.SUPPRESS)
@@ -380,7 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     rest: list[str] = []
     if "--" in argv:
-        argv, rest = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+        argv, rest = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = parser.parse_args(argv)
     if args.app_child:
         return app_child(args)
@@ -390,38 +477,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tests.bench.live import loopback_server, synthetic_release
 
     work = Path(tempfile.mkdtemp(prefix="pqid-bench-memory-", dir=args.work_dir))
-    figures: dict[str, Any] = {"prompts": args.prompts, "concurrency": args.concurrency,
-                               "latency_s": args.latency, "target_mib": TARGET_MIB,
-                               "app_headless": True,
-                               "app_size": f"{APP_SIZE[0]}x{APP_SIZE[1]}"}
+    figures: dict[str, Any] = {
+        "prompts": args.prompts,
+        "concurrency": args.concurrency,
+        "latency_s": args.latency,
+        "target_mib": TARGET_MIB,
+        "app_headless": True,
+        "app_size": f"{APP_SIZE[0]}x{APP_SIZE[1]}",
+    }
     try:
         release = synthetic_release(work / "release", args.prompts)
-        print(f"memory benchmark: {args.prompts} prompts, concurrency {args.concurrency}, "
-              f"loopback latency {args.latency * 1000:.0f} ms; the app runs headless "
-              f"(App.run_test, {APP_SIZE[0]}x{APP_SIZE[1]}); peak RSS from wait4 ru_maxrss"
-              + ("; with tracemalloc" if args.tracemalloc else ""), flush=True)
+        print(
+            f"memory benchmark: {args.prompts} prompts, concurrency {args.concurrency}, "
+            f"loopback latency {args.latency * 1000:.0f} ms; the app runs headless "
+            f"(App.run_test, {APP_SIZE[0]}x{APP_SIZE[1]}); peak RSS from wait4 ru_maxrss"
+            + ("; with tracemalloc" if args.tracemalloc else ""),
+            flush=True,
+        )
         with loopback_server("--latency", str(args.latency)) as base:
             if args.only in (None, "batch"):
                 b = measure_batch(work, base, release, args)
                 report("batch", b, args.prompts)
-                figures.update(batch_peak_rss_mib=round(b["peak_rss_mib"], 1),
-                               batch_seconds=round(b["seconds"], 2),
-                               batch_ratio=round(b["peak_rss_mib"] / TARGET_MIB, 3),
-                               batch_exit=b["exit"], batch_summary=b["summary"])
+                figures.update(
+                    batch_peak_rss_mib=round(b["peak_rss_mib"], 1),
+                    batch_seconds=round(b["seconds"], 2),
+                    batch_ratio=round(b["peak_rss_mib"] / TARGET_MIB, 3),
+                    batch_exit=b["exit"],
+                    batch_summary=b["summary"],
+                )
             if args.only in (None, "app"):
                 a = measure_app(work, base, release, args)
                 report("app", a, args.prompts)
-                figures.update(app_peak_rss_mib=round(a["peak_rss_mib"], 1),
-                               app_seconds=round(a["seconds"], 2),
-                               app_run_seconds=round(a.get("run_seconds") or 0.0, 2),
-                               app_ratio=round(a["peak_rss_mib"] / TARGET_MIB, 3),
-                               app_finished=bool(a.get("finished")),
-                               app_rss_before_run_mib=round(a.get("rss_before_run_mib", 0.0), 1),
-                               app_rss_after_run_mib=round(a.get("rss_after_run_mib", 0.0), 1),
-                               app_rss_after_home_mib=round(a.get("rss_after_home_mib", 0.0), 1),
-                               app_worst_lag_ms=round(a.get("worst_lag_ms", 0.0), 1),
-                               app_full_gc_worst_ms=round(a.get("full_gc_worst_ms", 0.0), 1),
-                               app_exit=a["exit"], app_summary=a["summary"])
+                figures.update(
+                    app_peak_rss_mib=round(a["peak_rss_mib"], 1),
+                    app_seconds=round(a["seconds"], 2),
+                    app_run_seconds=round(a.get("run_seconds") or 0.0, 2),
+                    app_ratio=round(a["peak_rss_mib"] / TARGET_MIB, 3),
+                    app_finished=bool(a.get("finished")),
+                    app_rss_before_run_mib=round(a.get("rss_before_run_mib", 0.0), 1),
+                    app_rss_after_run_mib=round(a.get("rss_after_run_mib", 0.0), 1),
+                    app_rss_after_home_mib=round(a.get("rss_after_home_mib", 0.0), 1),
+                    app_worst_lag_ms=round(a.get("worst_lag_ms", 0.0), 1),
+                    app_full_gc_worst_ms=round(a.get("full_gc_worst_ms", 0.0), 1),
+                    app_exit=a["exit"],
+                    app_summary=a["summary"],
+                )
     finally:
         if args.keep:
             print(f"work directory kept: {work}")

@@ -35,8 +35,10 @@ from engine.run.runs import RunProgress
 from engine.states import PromptState
 
 TICK = 0.010
-STATES: tuple[PromptState, ...] = ((PromptState.IN_FLIGHT, PromptState.RETRYING) * 4
-                                   + (PromptState.IN_FLIGHT, PromptState.SUCCESS))
+STATES: tuple[PromptState, ...] = (PromptState.IN_FLIGHT, PromptState.RETRYING) * 4 + (
+    PromptState.IN_FLIGHT,
+    PromptState.SUCCESS,
+)
 
 
 class FrameDelays:
@@ -50,8 +52,9 @@ class FrameDelays:
 
     def start(self, since: float | None = None) -> None:
         """Begin sampling on the running loop; times are counted from `since` (perf_counter)."""
-        self._task = asyncio.create_task(self._sample(time.perf_counter() if since is None
-                                                      else since))
+        self._task = asyncio.create_task(
+            self._sample(time.perf_counter() if since is None else since)
+        )
 
     async def stop(self) -> None:
         """End sampling (the samples stay)."""
@@ -79,17 +82,20 @@ def events_for(prompt_ids: list[str], count: int) -> list[PromptStateChanged]:
     out = []
     per_prompt = max(1, count // len(prompt_ids))
     for step in range(per_prompt):
-        state: PromptState = (STATES[min(step, len(STATES) - 1)] if step < per_prompt - 1
-                              else PromptState.SUCCESS)
+        state: PromptState = (
+            STATES[min(step, len(STATES) - 1)] if step < per_prompt - 1 else PromptState.SUCCESS
+        )
         for pid in prompt_ids:
             error = "rate_limited: HTTP 429: slow down" if state == "retrying" else None
-            out.append(PromptStateChanged(pid, state, step // 2 + 1, error,
-                                          1_800_000_000.0 + step if error else None))
+            out.append(
+                PromptStateChanged(
+                    pid, state, step // 2 + 1, error, 1_800_000_000.0 + step if error else None
+                )
+            )
     return out[:count]
 
 
-async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]
-                  ) -> dict[str, Any]:
+async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]) -> dict[str, Any]:
     from pqid_tui.app import make_app
     from pqid_tui.screens.monitor import MonitorScreen
     from pqid_tui.widgets.run_grid import RunGrid
@@ -126,7 +132,7 @@ async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]
             start = time.perf_counter()
             sink(RunStarted("bench", "local", "bench-model", prompts, prompts, 0, tuple(ids)))
             for i in range(0, len(stream), batch):
-                for event in stream[i:i + batch]:
+                for event in stream[i : i + batch]:
                     sink(event)
                 await asyncio.sleep(0)
             fed = time.perf_counter() - start
@@ -148,9 +154,13 @@ async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]
             wrong = [pid for i, pid in enumerate(ids) if grid.line_text(i)[2] != final[pid]]
     lags_ms = frames.lateness_ms()
     return {
-        "prompts": prompts, "events": len(stream), "batch": batch,
-        "feed_seconds": fed, "apply_seconds": applied,
-        "flushes": len(flushes), "flush_total_seconds": sum(flushes),
+        "prompts": prompts,
+        "events": len(stream),
+        "batch": batch,
+        "feed_seconds": fed,
+        "apply_seconds": applied,
+        "flushes": len(flushes),
+        "flush_total_seconds": sum(flushes),
         "flush_worst_ms": max(flushes) * 1000 if flushes else 0.0,
         "frame_delay_worst_ms": lags_ms[-1] if lags_ms else 0.0,
         "frame_delay_p99_ms": lags_ms[int(len(lags_ms) * 0.99) - 1] if lags_ms else 0.0,
@@ -160,30 +170,47 @@ async def measure(prompts: int, events: int, batch: int, size: tuple[int, int]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.monitor",
-                                     description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.monitor",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     parser.add_argument("--prompts", type=int, default=2000)
     parser.add_argument("--events", type=int, default=20000)
-    parser.add_argument("--batch", type=int, default=100,
-                        help="events folded in between two yields to the event loop")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=100,
+        help="events folded in between two yields to the event loop",
+    )
     parser.add_argument("--width", type=int, default=160)
     parser.add_argument("--height", type=int, default=50)
     args = parser.parse_args(argv)
     r = asyncio.run(measure(args.prompts, args.events, args.batch, (args.width, args.height)))
-    print(f"run monitor benchmark: {r['prompts']} prompts, {r['events']} PromptStateChanged "
-          f"events, {r['batch']} per loop turn, headless {args.width}x{args.height}")
+    print(
+        f"run monitor benchmark: {r['prompts']} prompts, {r['events']} PromptStateChanged "
+        f"events, {r['batch']} per loop turn, headless {args.width}x{args.height}"
+    )
     print(f"  feed time (fold into RunProgress):  {r['feed_seconds'] * 1000:8.1f} ms")
     print(f"  apply time (grid shows final state): {r['apply_seconds'] * 1000:8.1f} ms")
-    print(f"  flushes: {r['flushes']}, total {r['flush_total_seconds'] * 1000:.1f} ms, "
-          f"worst {r['flush_worst_ms']:.1f} ms")
-    print(f"  frame delay (10 ms ticker lateness): worst {r['frame_delay_worst_ms']:.1f} ms, "
-          f"p99 {r['frame_delay_p99_ms']:.1f} ms, median {r['frame_delay_median_ms']:.2f} ms")
+    print(
+        f"  flushes: {r['flushes']}, total {r['flush_total_seconds'] * 1000:.1f} ms, "
+        f"worst {r['flush_worst_ms']:.1f} ms"
+    )
+    print(
+        f"  frame delay (10 ms ticker lateness): worst {r['frame_delay_worst_ms']:.1f} ms, "
+        f"p99 {r['frame_delay_p99_ms']:.1f} ms, median {r['frame_delay_median_ms']:.2f} ms"
+    )
     print(f"  rows not showing their final state at the end: {r['rows_wrong_at_end']}")
     figures = {
-        "prompts": r["prompts"], "events": r["events"], "batch": r["batch"],
-        "size": f"{args.width}x{args.height}", "headless": True,
-        "feed_s": round(r["feed_seconds"], 4), "apply_s": round(r["apply_seconds"], 4),
-        "flushes": r["flushes"], "flush_total_s": round(r["flush_total_seconds"], 4),
+        "prompts": r["prompts"],
+        "events": r["events"],
+        "batch": r["batch"],
+        "size": f"{args.width}x{args.height}",
+        "headless": True,
+        "feed_s": round(r["feed_seconds"], 4),
+        "apply_s": round(r["apply_seconds"], 4),
+        "flushes": r["flushes"],
+        "flush_total_s": round(r["flush_total_seconds"], 4),
         "flush_worst_ms": round(r["flush_worst_ms"], 2),
         "worst_frame_ms": round(r["frame_delay_worst_ms"], 2),
         "p99_frame_ms": round(r["frame_delay_p99_ms"], 2),

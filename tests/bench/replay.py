@@ -164,8 +164,14 @@ def _items(release_dir: Path, count: int | None) -> list[EvaluationItem]:
         prompt = prompts[i % len(prompts)]
         lap = i // len(prompts)
         pid = prompt.prompt_id if lap == 0 else f"{prompt.prompt_id}#{lap + 1}"
-        items.append(EvaluationItem(pid, None, str(prompt.target_metadata["reference_code"]),
-                                    dict(prompt.target_metadata)))
+        items.append(
+            EvaluationItem(
+                pid,
+                None,
+                str(prompt.target_metadata["reference_code"]),
+                dict(prompt.target_metadata),
+            )
+        )
     return items
 
 
@@ -175,8 +181,14 @@ def _rate(count: int, seconds: float) -> float:
 
 def _sum_ms(timings: Sequence[dict[str, Any]], key: str) -> float:
     """Seconds: the sum of one millisecond field over the responses that have it."""
-    return sum(float(t[key]) for t in timings
-               if isinstance(t.get(key), (int, float)) and not isinstance(t.get(key), bool)) / 1000
+    return (
+        sum(
+            float(t[key])
+            for t in timings
+            if isinstance(t.get(key), (int, float)) and not isinstance(t.get(key), bool)
+        )
+        / 1000
+    )
 
 
 def _seconds(found: object, key: str) -> float:
@@ -191,8 +203,9 @@ def cores(runner: DockerEvaluatorRunner) -> float:
     return min(runner.limits.cpus, float(runner.client.info().get("NCPU") or 1))
 
 
-def bench_container(runner: DockerEvaluatorRunner, items: Sequence[EvaluationItem],
-                    ncores: float) -> dict[str, Any]:
+def bench_container(
+    runner: DockerEvaluatorRunner, items: Sequence[EvaluationItem], ncores: float
+) -> dict[str, Any]:
     """The product path: one container scores every item; every part of its time apart."""
     first_started: list[float] = []
     finished: list[float] = []
@@ -208,11 +221,15 @@ def bench_container(runner: DockerEvaluatorRunner, items: Sequence[EvaluationIte
     outcome = runner.run(items, EvaluatorConfig(), on_line)
     t_end = time.time()
     if outcome.not_evaluated or len(outcome.evaluations) != len(items):
-        raise PqidError(f"the container evaluated {len(outcome.evaluations)} of {len(items)} "
-                        f"items: {dict(list(outcome.not_evaluated.items())[:3])}")
+        raise PqidError(
+            f"the container evaluated {len(outcome.evaluations)} of {len(items)} "
+            f"items: {dict(list(outcome.not_evaluated.items())[:3])}"
+        )
     if outcome.sessions != 1 or len(outcome.startup_timing) != 1:
-        raise PqidError(f"{outcome.sessions} containers ran (an evaluator was killed): the "
-                        "figures need exactly one")
+        raise PqidError(
+            f"{outcome.sessions} containers ran (an evaluator was killed): the "
+            "figures need exactly one"
+        )
     startup = outcome.startup_timing[0]
     executor = startup.get("executor")
     grader = startup.get("grader")
@@ -250,40 +267,69 @@ def bench_container(runner: DockerEvaluatorRunner, items: Sequence[EvaluationIte
     }
 
 
-def bench_fresh(client: Any, image: str, items: Sequence[EvaluationItem],
-                limits: ContainerLimits, ncores: float, jobs: int) -> dict[str, Any]:
+def bench_fresh(
+    client: Any,
+    image: str,
+    items: Sequence[EvaluationItem],
+    limits: ContainerLimits,
+    ncores: float,
+    jobs: int,
+) -> dict[str, Any]:
     """The baseline: a fresh interpreter per response, in a container of the same image."""
     from docker.types import Ulimit
 
     python = client.images.get(image).attrs["Config"]["Entrypoint"][0]
     host_config = client.api.create_host_config(
-        network_mode="none", read_only=True,
-        tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={limits.tmpfs_size},"
-                       f"nr_inodes={limits.tmpfs_inodes},mode=1777"},
-        mem_limit=limits.mem_limit, memswap_limit=limits.mem_limit,
-        pids_limit=limits.pids_limit, nano_cpus=int(ncores * 1e9),
-        cap_drop=["ALL"], security_opt=["no-new-privileges"],
-        ulimits=[Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile)])
+        network_mode="none",
+        read_only=True,
+        tmpfs={
+            "/tmp": f"rw,exec,nosuid,nodev,size={limits.tmpfs_size},"
+            f"nr_inodes={limits.tmpfs_inodes},mode=1777"
+        },
+        mem_limit=limits.mem_limit,
+        memswap_limit=limits.mem_limit,
+        pids_limit=limits.pids_limit,
+        nano_cpus=int(ncores * 1e9),
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        ulimits=[Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile)],
+    )
     created = client.api.create_container(
-        image, entrypoint=[python, "-c", _LOOP], command=[_ONE, str(jobs)], stdin_open=True,
-        detach=False, tty=False, user=container_user(), environment={},
+        image,
+        entrypoint=[python, "-c", _LOOP],
+        command=[_ONE, str(jobs)],
+        stdin_open=True,
+        detach=False,
+        tty=False,
+        user=container_user(),
+        environment={},
         host_config=host_config,
-        labels={REPLAY_LABEL: "1", RUN_LABEL: "bench-fresh", OWNER_LABEL: _owner()})
+        labels={REPLAY_LABEL: "1", RUN_LABEL: "bench-fresh", OWNER_LABEL: _owner()},
+    )
     container = client.containers.get(created["Id"])
     results: list[dict[str, Any]] = []
     total: dict[str, Any] = {}
     sock: Any = None
     try:
-        response = container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1,
-                                                   "stream": 1})
+        response = container.attach_socket(
+            params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
         sock = _raw_socket(response)
         sock.settimeout(None)
         reader = _FrameReader(sock)
         container.start()
         for item in items:
-            sock.sendall(json.dumps({"prompt_id": item.prompt_id, "code": item.generated_code,
-                                     "entrypoint": item.target_metadata.get("entrypoint"),
-                                     "target": item.target_metadata}).encode() + b"\n")
+            sock.sendall(
+                json.dumps(
+                    {
+                        "prompt_id": item.prompt_id,
+                        "code": item.generated_code,
+                        "entrypoint": item.target_metadata.get("entrypoint"),
+                        "target": item.target_metadata,
+                    }
+                ).encode()
+                + b"\n"
+            )
         sock.shutdown(socket.SHUT_WR)
         for raw in _split_lines(reader.stdout_chunks()):
             message = json.loads(raw)
@@ -297,15 +343,16 @@ def bench_fresh(client: Any, image: str, items: Sequence[EvaluationItem],
         with contextlib.suppress(Exception):
             container.remove(force=True)
     if total.get("count") != len(items):
-        raise PqidError(f"the fresh-interpreter loop scored {total.get('count')} of "
-                        f"{len(items)} items: {reader.stderr.decode(errors='replace')[-500:]}")
+        raise PqidError(
+            f"the fresh-interpreter loop scored {total.get('count')} of "
+            f"{len(items)} items: {reader.stderr.decode(errors='replace')[-500:]}"
+        )
     return {
         "n": len(items),
         "jobs": jobs,
         "eval_s": float(total["seconds"]),
         "median_item_s": statistics.median(r["seconds"] for r in results),
-        "median_inner_s": statistics.median(r.get("inner_seconds", float("nan"))
-                                            for r in results),
+        "median_inner_s": statistics.median(r.get("inner_seconds", float("nan")) for r in results),
         "ok": sum(r.get("category") == "ok" for r in results),
         "equivalent": sum(r.get("equivalent") is True for r in results),
     }
@@ -352,6 +399,7 @@ def other_busy_cores(seconds: float = 1.0) -> float:
     From /proc/stat over `seconds`; nan where it cannot be read. A noisy neighbour takes cores
     the ideal counts as ours, so every pass says how busy the machine was just before it.
     """
+
     def sample() -> tuple[int, int]:
         with open("/proc/stat", encoding="ascii") as handle:
             values = [int(v) for v in handle.readline().split()[1:]]
@@ -371,69 +419,112 @@ def other_busy_cores(seconds: float = 1.0) -> float:
 def _print_pass(c: dict[str, Any], number: int, count: int, ncores: float) -> None:
     """One pass of the product path, every figure with what it consists of."""
     label = f"pass {number}/{count}" if count > 1 else "container"
-    print(f"{label}: the rest of the machine kept {c['busy_before']:.2f} CPUs busy just "
-          f"before it")
-    print(f"{label}: start {c['container_start_s']:.2f} s (create, attach, start, the "
-          f"supervisor's interpreter); ready {c['ready_s']:.2f} s after that same start "
-          f"(executor: import qiskit {c['qiskit_import_s']:.2f} s, all preloads "
-          f"{c['preload_s']:.2f} s; grader import {c['grader_import_s']:.2f} s, alongside)")
-    print(f"{label}: {c['n']} evaluations in {c['eval_s']:.2f} s = "
-          f"{_rate(c['n'], c['eval_s']):.2f} evaluations/s from the first start to the last "
-          f"result; {_rate(c['n'], c['wall_s']):.2f}/s including the start; "
-          f"{c['ok']}/{c['n']} ok, {c['equivalent']} equivalent, {c['regraded']} graded twice")
-    print(f"{label}: own execution time {c['own_s']:.2f} s = forked children "
-          f"{c['child_s']:.2f} s (median {c['median_child_ms']:.1f} ms; the snippets' own part "
-          f"{c['snippet_s']:.2f} s) + grading {c['grade_s']:.2f} s (median "
-          f"{c['median_grade_ms']:.1f} ms)")
-    print(f"{label}: ideal {c['ideal_s']:.2f} s = start {c['container_start_s']:.2f} + import "
-          f"qiskit {c['qiskit_import_s']:.2f} + own {c['own_s']:.2f} / {ncores:g} cores; "
-          f"measured {c['wall_s']:.2f} s to the last evaluation: ratio "
-          f"{c['ideal_ratio']:.2f} (with the container's removal, {c['teardown_s']:.2f} s "
-          f"more: {c['ideal_ratio_with_teardown']:.2f})")
+    print(f"{label}: the rest of the machine kept {c['busy_before']:.2f} CPUs busy just before it")
+    print(
+        f"{label}: start {c['container_start_s']:.2f} s (create, attach, start, the "
+        f"supervisor's interpreter); ready {c['ready_s']:.2f} s after that same start "
+        f"(executor: import qiskit {c['qiskit_import_s']:.2f} s, all preloads "
+        f"{c['preload_s']:.2f} s; grader import {c['grader_import_s']:.2f} s, alongside)"
+    )
+    print(
+        f"{label}: {c['n']} evaluations in {c['eval_s']:.2f} s = "
+        f"{_rate(c['n'], c['eval_s']):.2f} evaluations/s from the first start to the last "
+        f"result; {_rate(c['n'], c['wall_s']):.2f}/s including the start; "
+        f"{c['ok']}/{c['n']} ok, {c['equivalent']} equivalent, {c['regraded']} graded twice"
+    )
+    print(
+        f"{label}: own execution time {c['own_s']:.2f} s = forked children "
+        f"{c['child_s']:.2f} s (median {c['median_child_ms']:.1f} ms; the snippets' own part "
+        f"{c['snippet_s']:.2f} s) + grading {c['grade_s']:.2f} s (median "
+        f"{c['median_grade_ms']:.1f} ms)"
+    )
+    print(
+        f"{label}: ideal {c['ideal_s']:.2f} s = start {c['container_start_s']:.2f} + import "
+        f"qiskit {c['qiskit_import_s']:.2f} + own {c['own_s']:.2f} / {ncores:g} cores; "
+        f"measured {c['wall_s']:.2f} s to the last evaluation: ratio "
+        f"{c['ideal_ratio']:.2f} (with the container's removal, {c['teardown_s']:.2f} s "
+        f"more: {c['ideal_ratio_with_teardown']:.2f})"
+    )
     sys.stdout.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.replay",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--count", type=int, default=None,
-                        help="responses to score (default: every prompt of the release once)")
-    parser.add_argument("--fresh-count", type=int, default=None,
-                        help="responses for the fresh-interpreter baseline (default: --count)")
-    parser.add_argument("--fresh-jobs", type=int, default=None,
-                        help="fresh interpreters at once in the baseline (default: the cores)")
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.replay",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=None,
+        help="responses to score (default: every prompt of the release once)",
+    )
+    parser.add_argument(
+        "--fresh-count",
+        type=int,
+        default=None,
+        help="responses for the fresh-interpreter baseline (default: --count)",
+    )
+    parser.add_argument(
+        "--fresh-jobs",
+        type=int,
+        default=None,
+        help="fresh interpreters at once in the baseline (default: the cores)",
+    )
     parser.add_argument("--release-dir", type=Path, default=DEMO_RELEASE_DIR)
-    parser.add_argument("--base-image", default=None,
-                        help="base image of the evaluator image (as for replay)")
-    parser.add_argument("--wheelhouse", type=Path, default=None,
-                        help="offline wheelhouse for the evaluator image (as for replay)")
-    parser.add_argument("--build-image", action="store_true",
-                        help="build the evaluator image if it does not exist")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="passes of the product path; the median-ratio pass is the "
-                             "result (default 3)")
-    parser.add_argument("--cold-build", action="store_true",
-                        help="also time a --no-cache build of the image (takes minutes)")
+    parser.add_argument(
+        "--base-image", default=None, help="base image of the evaluator image (as for replay)"
+    )
+    parser.add_argument(
+        "--wheelhouse",
+        type=Path,
+        default=None,
+        help="offline wheelhouse for the evaluator image (as for replay)",
+    )
+    parser.add_argument(
+        "--build-image", action="store_true", help="build the evaluator image if it does not exist"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="passes of the product path; the median-ratio pass is the result (default 3)",
+    )
+    parser.add_argument(
+        "--cold-build",
+        action="store_true",
+        help="also time a --no-cache build of the image (takes minutes)",
+    )
     args = parser.parse_args(argv)
-    if any(v is not None and v < 1 for v in (args.count, args.fresh_count, args.fresh_jobs,
-                                             args.repeat)):
+    if any(
+        v is not None and v < 1
+        for v in (args.count, args.fresh_count, args.fresh_jobs, args.repeat)
+    ):
         parser.error("counts must be positive")
     try:
         release = load_release(args.release_dir)
         items = _items(args.release_dir, args.count)
-        fresh_items = items if args.fresh_count is None else _items(args.release_dir,
-                                                                    args.fresh_count)
-        runner = DockerEvaluatorRunner(base_image=args.base_image, wheelhouse=args.wheelhouse,
-                                       requirements=release.evaluator_requirements)
+        fresh_items = (
+            items if args.fresh_count is None else _items(args.release_dir, args.fresh_count)
+        )
+        runner = DockerEvaluatorRunner(
+            base_image=args.base_image,
+            wheelhouse=args.wheelhouse,
+            requirements=release.evaluator_requirements,
+        )
         ncores = cores(runner)
         jobs = args.fresh_jobs or max(1, int(ncores))
         t0 = time.perf_counter()
         image = runner.ensure_image(build=args.build_image)
         image_ready = time.perf_counter() - t0
-        print(f"release {release.name} {release.version}: {len(items)} oracle responses "
-              f"(the reference code of each prompt); the container may use {ncores:g} cores")
-        print(f"image {image}: ensure_image {image_ready:.2f} s (reused or built; excluded "
-              f"from every other figure)")
+        print(
+            f"release {release.name} {release.version}: {len(items)} oracle responses "
+            f"(the reference code of each prompt); the container may use {ncores:g} cores"
+        )
+        print(
+            f"image {image}: ensure_image {image_ready:.2f} s (reused or built; excluded "
+            f"from every other figure)"
+        )
         sys.stdout.flush()
         build_warm = timed_build(runner, nocache=False)
         print(f"image build, warm (every layer cached): {build_warm:.2f} s")
@@ -452,40 +543,68 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(passes) > 1:
             ratios = ", ".join(f"{float(p['ideal_ratio']):.2f}" for p in passes)
             rates = ", ".join(f"{_rate(p['n'], p['eval_s']):.1f}" for p in passes)
-            print(f"median pass (by ideal ratio): {c_rate:.2f} evaluations/s, ideal ratio "
-                  f"{c['ideal_ratio']:.2f} (all passes: ratios {ratios}; evaluations/s "
-                  f"{rates})")
+            print(
+                f"median pass (by ideal ratio): {c_rate:.2f} evaluations/s, ideal ratio "
+                f"{c['ideal_ratio']:.2f} (all passes: ratios {ratios}; evaluations/s "
+                f"{rates})"
+            )
         sys.stdout.flush()
 
         fresh = bench_fresh(runner.client, image, fresh_items, runner.limits, ncores, jobs)
         f_rate = _rate(fresh["n"], fresh["eval_s"])
-        print(f"fresh interpreter per response (same image, {jobs} at a time): {fresh['n']} "
-              f"evaluations in {fresh['eval_s']:.2f} s = {f_rate:.2f} evaluations/s (median "
-              f"{fresh['median_item_s'] * 1000:.0f} ms each, of which "
-              f"{fresh['median_inner_s'] * 1000:.0f} ms in the script: Qiskit import, "
-              f"execution, scoring); {fresh['ok']}/{fresh['n']} ok, "
-              f"{fresh['equivalent']} equivalent")
-        print(f"speedup: {c_rate / f_rate:.1f}x (container evaluations/s over fresh-interpreter "
-              f"evaluations/s)")
+        print(
+            f"fresh interpreter per response (same image, {jobs} at a time): {fresh['n']} "
+            f"evaluations in {fresh['eval_s']:.2f} s = {f_rate:.2f} evaluations/s (median "
+            f"{fresh['median_item_s'] * 1000:.0f} ms each, of which "
+            f"{fresh['median_inner_s'] * 1000:.0f} ms in the script: Qiskit import, "
+            f"execution, scoring); {fresh['ok']}/{fresh['n']} ok, "
+            f"{fresh['equivalent']} equivalent"
+        )
+        print(
+            f"speedup: {c_rate / f_rate:.1f}x (container evaluations/s over fresh-interpreter "
+            f"evaluations/s)"
+        )
         sys.stdout.flush()
 
         build_cold: float | None = None
         if args.cold_build:
             build_cold = timed_build(runner, nocache=True)
-            print(f"image build, cold (--no-cache, local base image"
-                  f"{' and wheelhouse' if args.wheelhouse else ''}): {build_cold:.1f} s")
+            print(
+                f"image build, cold (--no-cache, local base image"
+                f"{' and wheelhouse' if args.wheelhouse else ''}): {build_cold:.1f} s"
+            )
         figures = {
-            "n": c["n"], "cores": ncores,
+            "n": c["n"],
+            "cores": ncores,
             "evals_per_s": _f(c_rate),
             "evals_per_s_with_start": _f(_rate(c["n"], c["wall_s"])),
-            "fresh_evals_per_s": _f(f_rate), "fresh_n": fresh["n"], "fresh_jobs": jobs,
+            "fresh_evals_per_s": _f(f_rate),
+            "fresh_n": fresh["n"],
+            "fresh_jobs": jobs,
             "speedup": _f(c_rate / f_rate),
             "ideal_ratio": _f(c["ideal_ratio"]),
             "ideal_ratio_with_teardown": _f(c["ideal_ratio_with_teardown"]),
-            **{k: _f(c[k]) for k in ("wall_s", "ideal_s", "container_start_s", "qiskit_import_s",
-                                     "preload_s", "grader_import_s", "ready_s", "eval_s",
-                                     "own_s", "child_s", "snippet_s", "grade_s", "teardown_s")},
-            "regraded": c["regraded"], "ok": c["ok"], "equivalent": c["equivalent"],
+            **{
+                k: _f(c[k])
+                for k in (
+                    "wall_s",
+                    "ideal_s",
+                    "container_start_s",
+                    "qiskit_import_s",
+                    "preload_s",
+                    "grader_import_s",
+                    "ready_s",
+                    "eval_s",
+                    "own_s",
+                    "child_s",
+                    "snippet_s",
+                    "grade_s",
+                    "teardown_s",
+                )
+            },
+            "regraded": c["regraded"],
+            "ok": c["ok"],
+            "equivalent": c["equivalent"],
             "passes": len(passes),
             "ideal_ratios": [_f(float(p["ideal_ratio"])) for p in passes],
             "evals_per_s_passes": [_f(_rate(p["n"], p["eval_s"])) for p in passes],

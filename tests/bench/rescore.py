@@ -95,8 +95,7 @@ def _tar(files: Mapping[str, bytes]) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         dirs = sorted({str(Path(name).parent) for name in files} - {"."})
-        for d in [HARNESS_INPUTS.lstrip("/"), *(f"{HARNESS_INPUTS.lstrip('/')}/{x}"
-                                                for x in dirs)]:
+        for d in [HARNESS_INPUTS.lstrip("/"), *(f"{HARNESS_INPUTS.lstrip('/')}/{x}" for x in dirs)]:
             info = tarfile.TarInfo(d)
             info.type, info.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(info)
@@ -128,15 +127,20 @@ def harness_inputs(release: Release, sets: Sequence[ResponseSet]) -> dict[str, b
     return files
 
 
-def bench_harness(runner: DockerEvaluatorRunner, image: str,
-                  files: Mapping[str, bytes]) -> dict[str, Any]:
+def bench_harness(
+    runner: DockerEvaluatorRunner, image: str, files: Mapping[str, bytes]
+) -> dict[str, Any]:
     """The reference harness in one container of the image, in process and unhardened."""
     client = runner.client
     fields = [[n, k] for n, k in ENDPOINTS if n not in ("execution", "assembly", "signature")]
     container = client.containers.create(
-        image, entrypoint=["/opt/pqid-venv/bin/python"],
+        image,
+        entrypoint=["/opt/pqid-venv/bin/python"],
         command=[f"{HARNESS_INPUTS}/driver.py", HARNESS_INPUTS, json.dumps(fields)],
-        network_mode="none", working_dir="/tmp", environment={"HOME": "/tmp"})
+        network_mode="none",
+        working_dir="/tmp",
+        environment={"HOME": "/tmp"},
+    )
     try:
         container.put_archive("/", _tar(files))
         started = time.monotonic()
@@ -148,8 +152,9 @@ def bench_harness(runner: DockerEvaluatorRunner, image: str,
     finally:
         container.remove(force=True)
     if status.get("StatusCode") != 0:
-        raise PqidError(f"the reference harness failed (exit {status.get('StatusCode')}): "
-                        f"{err[-800:]}")
+        raise PqidError(
+            f"the reference harness failed (exit {status.get('StatusCode')}): {err[-800:]}"
+        )
     found = json.loads([ln for ln in out.splitlines() if ln.strip()][-1])
     found["wall_s"] = wall
     return dict(found)
@@ -183,15 +188,26 @@ def default_evidence() -> Path:
     """The evidence copy beside the repository (`../shared/pqid-bench-1.0.0`), unpacked."""
     unpack = Path(__file__).resolve().parents[3] / "shared" / "pqid-bench-1.0.0" / "unpack"
     if not unpack.is_file():
-        raise UsageError("no --release-dir given and no PQID-Bench copy beside the repository "
-                         f"({unpack}): pass --release-dir EVIDENCE")
-    dest = subprocess.run(["sh", str(unpack)], check=True, capture_output=True, text=True,
-                          timeout=600).stdout.strip().splitlines()[-1]
+        raise UsageError(
+            "no --release-dir given and no PQID-Bench copy beside the repository "
+            f"({unpack}): pass --release-dir EVIDENCE"
+        )
+    dest = (
+        subprocess.run(["sh", str(unpack)], check=True, capture_output=True, text=True, timeout=600)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     return Path(dest) / "evidence"
 
 
-def run(release_dir: Path, *, models: Sequence[str] | None, base_image: str | None,
-        wheelhouse: Path | None, build_image: bool) -> dict[str, Any]:
+def run(
+    release_dir: Path,
+    *,
+    models: Sequence[str] | None,
+    base_image: str | None,
+    wheelhouse: Path | None,
+    build_image: bool,
+) -> dict[str, Any]:
     release = load_release(release_dir)
     rows = select_rows(release, models)
     sets = study_sets(release, rows)
@@ -201,21 +217,25 @@ def run(release_dir: Path, *, models: Sequence[str] | None, base_image: str | No
     t = time.monotonic()
     image = runner.ensure_image(build=build_image)
     image_s = time.monotonic() - t
-    print(f"image {image} ready in {image_s:.1f} s; {cells} cells of {len(sets)} models",
-          flush=True)
+    print(
+        f"image {image} ready in {image_s:.1f} s; {cells} cells of {len(sets)} models", flush=True
+    )
 
     harness = bench_harness(runner, image, harness_inputs(release, sets))
     harness_cells = sum(len(s["cells"]) for s in harness["sets"].values())
     agree = harness_agreement(harness, sets)
-    print(f"reference harness: {harness_cells} cells in {harness['wall_s']:.1f} s "
-          f"(inside {harness['inside_s']:.1f} s, Qiskit import {harness['import_s']:.2f} s); "
-          f"its verdicts equal the frozen ones on "
-          + ", ".join(f"{n} {agree[n]}" for n in ("execution", "assembly", "signature")),
-          flush=True)
+    print(
+        f"reference harness: {harness_cells} cells in {harness['wall_s']:.1f} s "
+        f"(inside {harness['inside_s']:.1f} s, Qiskit import {harness['import_s']:.2f} s); "
+        f"its verdicts equal the frozen ones on "
+        + ", ".join(f"{n} {agree[n]}" for n in ("execution", "assembly", "signature")),
+        flush=True,
+    )
 
     t = time.monotonic()
-    result = rescore(release, acknowledge_code_execution=True, models=[r.label for r in rows],
-                     runner=runner)
+    result = rescore(
+        release, acknowledge_code_execution=True, models=[r.label for r in rows], runner=runner
+    )
     hardened = time.monotonic() - t
     report, outcome = result.report, result.outcome
     assert outcome is not None
@@ -225,9 +245,14 @@ def run(release_dir: Path, *, models: Sequence[str] | None, base_image: str | No
     ready = hello.get("ready_at") if isinstance(hello, dict) else None
     began = hello.get("started_at") if isinstance(hello, dict) else None
     figures: dict[str, Any] = {
-        "cells": cells, "models": len(sets), "image": image, "image_ready_s": image_s,
-        "hardened_s": hardened, "scoring_s": report["timing"]["scoring_s"],
-        "harness_s": harness["wall_s"], "harness_inside_s": harness["inside_s"],
+        "cells": cells,
+        "models": len(sets),
+        "image": image,
+        "image_ready_s": image_s,
+        "hardened_s": hardened,
+        "scoring_s": report["timing"]["scoring_s"],
+        "harness_s": harness["wall_s"],
+        "harness_inside_s": harness["inside_s"],
         "harness_import_s": harness["import_s"],
         "harness_evaluate_s": sum(s["seconds"] for s in harness["sets"].values()),
         "ratio": hardened / harness["wall_s"],
@@ -235,8 +260,9 @@ def run(release_dir: Path, *, models: Sequence[str] | None, base_image: str | No
         "harness_cells_per_s": cells / harness["wall_s"],
         "agreement": {n: totals[n]["agree"] for n, _ in ENDPOINTS},
         "harness_agreement": agree,
-        "startup_s": (float(ready) - float(began)) if isinstance(ready, (int, float))
-        and isinstance(began, (int, float)) else None,
+        "startup_s": (float(ready) - float(began))
+        if isinstance(ready, (int, float)) and isinstance(began, (int, float))
+        else None,
         "strict_child_s": _ms_sum(timings, "child_ms"),
         "recovery_child_s": _ms_sum(timings, "recovery_child_ms"),
         "snippet_s": _ms_sum(timings, "snippet_ms", "recovery_snippet_ms"),
@@ -268,18 +294,23 @@ def describe(f: Mapping[str, Any]) -> list[str]:
         f"({f['grade_ms_per_cell']:.1f} ms per cell, overlapped); {f['cores']:.0f} cores",
         f"recovery run reused from the strict run (provably the same): "
         f"{f['recovery_reused']} of {f['cells']} cells",
-        "agreement with the frozen cells: " + ", ".join(
-            f"{n} {v}/{f['cells']}" for n, v in f["agreement"].items()),
-        "the harness's own agreement here: " + ", ".join(
-            f"{n} {v}/{f['cells']}" for n, v in f["harness_agreement"].items()),
+        "agreement with the frozen cells: "
+        + ", ".join(f"{n} {v}/{f['cells']}" for n, v in f["agreement"].items()),
+        "the harness's own agreement here: "
+        + ", ".join(f"{n} {v}/{f['cells']}" for n, v in f["harness_agreement"].items()),
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.bench.rescore",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--release-dir", type=Path, default=None,
-                   help="the PQID-Bench evidence repository (default: ../shared's copy)")
+    p = argparse.ArgumentParser(
+        prog="python -m tests.bench.rescore", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--release-dir",
+        type=Path,
+        default=None,
+        help="the PQID-Bench evidence repository (default: ../shared's copy)",
+    )
     p.add_argument("--model", action="append", dest="models", metavar="LABEL")
     p.add_argument("--base-image", default=None)
     p.add_argument("--wheelhouse", type=Path, default=None)
@@ -287,8 +318,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         release_dir = args.release_dir or default_evidence()
-        figures = run(release_dir, models=args.models, base_image=args.base_image,
-                      wheelhouse=args.wheelhouse, build_image=args.build_image)
+        figures = run(
+            release_dir,
+            models=args.models,
+            base_image=args.base_image,
+            wheelhouse=args.wheelhouse,
+            build_image=args.build_image,
+        )
     except PqidError as exc:
         print(f"bench_rescore: {exc}", file=sys.stderr)
         return 2

@@ -55,8 +55,9 @@ def imported_modules(args: Sequence[str]) -> tuple[int, set[str]]:
 
     With no ARGS, the modules of a bare interpreter start-up.
     """
-    done = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0 or not done.stdout:
         raise RuntimeError(f"probe of {list(args)} failed: {done.stderr.strip()[-2000:]}")
     first, _, rest = done.stdout.partition("\n")
@@ -71,47 +72,68 @@ def pqid_command() -> list[str]:
 
 def cases() -> dict[str, list[str]]:
     pqid = pqid_command()
-    return {"python_pass": [sys.executable, "-c", "pass"],
-            "help": [*pqid, *HELP_ARGS],
-            "dry_run": [*pqid, *DRY_RUN_ARGS]}
+    return {
+        "python_pass": [sys.executable, "-c", "pass"],
+        "help": [*pqid, *HELP_ARGS],
+        "dry_run": [*pqid, *DRY_RUN_ARGS],
+    }
 
 
-def time_with_hyperfine(hyperfine: str, commands: dict[str, list[str]], runs: int,
-                        warmup: int) -> dict[str, list[float]]:
+def time_with_hyperfine(
+    hyperfine: str, commands: dict[str, list[str]], runs: int, warmup: int
+) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory(prefix="pqid-bench-startup-") as tmp:
         export = Path(tmp) / "hyperfine.json"
         # -N: no intermediate shell, whose own start-up would blur a 20 ms command.
-        cmd = [hyperfine, "-N", "--style", "none", "--warmup", str(warmup), "--runs", str(runs),
-               "--export-json", str(export), *(shlex.join(c) for c in commands.values())]
+        cmd = [
+            hyperfine,
+            "-N",
+            "--style",
+            "none",
+            "--warmup",
+            str(warmup),
+            "--runs",
+            str(runs),
+            "--export-json",
+            str(export),
+            *(shlex.join(c) for c in commands.values()),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"hyperfine failed: {done.stderr.strip()[-2000:]}")
         results = json.loads(export.read_text(encoding="utf-8"))["results"]
-    return {name: [float(t) for t in result["times"]]
-            for name, result in zip(commands, results, strict=True)}
+    return {
+        name: [float(t) for t in result["times"]]
+        for name, result in zip(commands, results, strict=True)
+    }
 
 
-def time_with_loop(commands: dict[str, list[str]], runs: int,
-                   warmup: int) -> dict[str, list[float]]:
+def time_with_loop(
+    commands: dict[str, list[str]], runs: int, warmup: int
+) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in commands}
     # Interleaved rounds: a noisy neighbour slows every command alike, not just one.
     for i in range(warmup + runs):
         for name, cmd in commands.items():
             t0 = time.perf_counter()
-            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           check=True)
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
             if i >= warmup:
                 times[name].append(time.perf_counter() - t0)
     return times
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.startup",
-                                     description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.startup",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     parser.add_argument("--runs", type=int, default=30, help="timed runs per command")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs per command")
-    parser.add_argument("--no-hyperfine", action="store_true",
-                        help="use the built-in timing loop even when hyperfine is installed")
+    parser.add_argument(
+        "--no-hyperfine",
+        action="store_true",
+        help="use the built-in timing loop even when hyperfine is installed",
+    )
     args = parser.parse_args(argv)
 
     commands = cases()
@@ -119,8 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A command that fails would be timed failing fast: check each runs before timing.
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            print(f"{name}: {shlex.join(cmd)} exited {done.returncode}: "
-                  f"{done.stderr.strip()[-2000:]}", file=sys.stderr)
+            print(
+                f"{name}: {shlex.join(cmd)} exited {done.returncode}: "
+                f"{done.stderr.strip()[-2000:]}",
+                file=sys.stderr,
+            )
             return 1
 
     hyperfine = None if args.no_hyperfine else shutil.which("hyperfine")
@@ -131,31 +156,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         times = time_with_loop(commands, args.runs, args.warmup)
         tool = "loop"
 
-    modules = {"python_pass": imported_modules([])[1], "help": imported_modules(HELP_ARGS)[1],
-               "dry_run": imported_modules(DRY_RUN_ARGS)[1]}
+    modules = {
+        "python_pass": imported_modules([])[1],
+        "help": imported_modules(HELP_ARGS)[1],
+        "dry_run": imported_modules(DRY_RUN_ARGS)[1],
+    }
     median = {name: statistics.median(t) for name, t in times.items()}
     low = {name: min(t) for name, t in times.items()}
     base = median["python_pass"]
 
     print(f"pqid-tui start-up, {args.runs} runs each ({tool}), interpreter {sys.executable}")
-    print(f"{'command':<58} {'median':>9} {'min':>9} {'ratio':>6} {'min ratio':>9} "
-          f"{'modules':>8}")
+    print(f"{'command':<58} {'median':>9} {'min':>9} {'ratio':>6} {'min ratio':>9} {'modules':>8}")
     for name, cmd in commands.items():
-        shown = shlex.join(["python" if c == sys.executable else Path(c).name if i == 0 else c
-                            for i, c in enumerate(cmd)])
-        print(f"{shown:<58} {median[name] * 1e3:>7.1f}ms {low[name] * 1e3:>7.1f}ms "
-              f"{median[name] / base:>6.2f} {low[name] / low['python_pass']:>9.2f} "
-              f"{len(modules[name]):>8}")
-    heavy = {name: sorted({m.split(".")[0] for m in mods} & set(HEAVY))
-             for name, mods in modules.items()}
+        shown = shlex.join(
+            [
+                "python" if c == sys.executable else Path(c).name if i == 0 else c
+                for i, c in enumerate(cmd)
+            ]
+        )
+        print(
+            f"{shown:<58} {median[name] * 1e3:>7.1f}ms {low[name] * 1e3:>7.1f}ms "
+            f"{median[name] / base:>6.2f} {low[name] / low['python_pass']:>9.2f} "
+            f"{len(modules[name]):>8}"
+        )
+    heavy = {
+        name: sorted({m.split(".")[0] for m in mods} & set(HEAVY)) for name, mods in modules.items()
+    }
     for name in ("help", "dry_run"):
         print(f"{name}: heavy packages loaded: {', '.join(heavy[name]) or 'none'}")
 
     figures: dict[str, Any] = {
-        "tool": tool, "runs": args.runs,
-        "python_pass_s": round(base, 6), "help_s": round(median["help"], 6),
+        "tool": tool,
+        "runs": args.runs,
+        "python_pass_s": round(base, 6),
+        "help_s": round(median["help"], 6),
         "dry_run_s": round(median["dry_run"], 6),
-        "python_pass_min_s": round(low["python_pass"], 6), "help_min_s": round(low["help"], 6),
+        "python_pass_min_s": round(low["python_pass"], 6),
+        "help_min_s": round(low["help"], 6),
         "dry_run_min_s": round(low["dry_run"], 6),
         "help_ratio": round(median["help"] / base, 3),
         "dry_run_ratio": round(median["dry_run"] / base, 3),
@@ -163,8 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "help_min_ratio": round(low["help"] / low["python_pass"], 3),
         "dry_run_min_ratio": round(low["dry_run"] / low["python_pass"], 3),
         "python_pass_modules": len(modules["python_pass"]),
-        "help_modules": len(modules["help"]), "dry_run_modules": len(modules["dry_run"]),
-        "help_heavy": heavy["help"], "dry_run_heavy": heavy["dry_run"],
+        "help_modules": len(modules["help"]),
+        "dry_run_modules": len(modules["dry_run"]),
+        "help_heavy": heavy["help"],
+        "dry_run_heavy": heavy["dry_run"],
     }
     print("BENCH-JSON " + json.dumps(figures, sort_keys=True))
     return 0

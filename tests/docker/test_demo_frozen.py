@@ -34,8 +34,18 @@ DEV_IDS = {p.prompt_id for p in RELEASE.prompts if p.split == "dev"}
 MATRIX = json.loads((DEMO_RELEASE_DIR / "frozen/matrix.json").read_text(encoding="utf-8"))
 MANIFEST = json.loads((DEMO_RELEASE_DIR / "release.json").read_text(encoding="utf-8"))
 ROWS = {label: RELEASE.frozen_evaluations(label) for label in frozen.LABELS}
-FLAGS = ("category", "execution_ok", "circuit_found", "structural_match", "width_match",
-         "gate_types_match", "gate_counts_match", "qasm3_ok", "equivalent", "structure")
+FLAGS = (
+    "category",
+    "execution_ok",
+    "circuit_found",
+    "structural_match",
+    "width_match",
+    "gate_types_match",
+    "gate_counts_match",
+    "qasm3_ok",
+    "equivalent",
+    "structure",
+)
 
 
 def _sha256(text: str) -> str:
@@ -44,8 +54,11 @@ def _sha256(text: str) -> str:
 
 def _pins_of_requirements_txt() -> list[str]:
     text = (ROOT / "evaluator/requirements.txt").read_text(encoding="utf-8")
-    return [line.strip() for line in text.splitlines()
-            if line.strip() and not line.strip().startswith("#")]
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
 
 
 def _norm(name: str) -> str:
@@ -65,7 +78,10 @@ def test_the_matrix_holds_the_three_reference_rows() -> None:
         assert row["evaluations"] in MANIFEST["files"]
         assert row["description"]
     assert {r["label"]: r["split"] for r in rows} == {
-        "oracle": "all", "retrieval-copy": "test", "empty": "all"}
+        "oracle": "all",
+        "retrieval-copy": "test",
+        "empty": "all",
+    }
     assert [r.label for r in RELEASE.matrix_rows] == ["oracle", "retrieval-copy", "empty"]
 
 
@@ -85,8 +101,9 @@ def test_every_line_is_canonical_and_scored_in_the_pinned_environment() -> None:
             missing = [f for f in REQUIRED_FIELDS if f not in ev]
             assert not missing, (where, missing)
             assert ev["category"] in MODEL_CATEGORIES, where  # no infrastructure failure
-            assert ev["structural_match"] == (ev["width_match"] and ev["gate_types_match"]
-                                              and ev["gate_counts_match"]), where
+            assert ev["structural_match"] == (
+                ev["width_match"] and ev["gate_types_match"] and ev["gate_counts_match"]
+            ), where
             assert ev["equivalent"] in (True, False, None), where
             assert ev["evaluator_version"] == evaluator.__version__, where
             env = ev["environment"]
@@ -120,8 +137,7 @@ def test_the_empty_row_is_all_no_code() -> None:
     for ev in ROWS["empty"]:
         assert ev["category"] == "no_code", ev["prompt_id"]
         assert ev["execution_ok"] is False and ev["structural_match"] is False
-        assert ev["response_source"] == {"kind": "empty", "prompt_id": None,
-                                         "sha256": _sha256("")}
+        assert ev["response_source"] == {"kind": "empty", "prompt_id": None, "sha256": _sha256("")}
 
 
 def test_retrieval_copy_copies_the_nearest_dev_prompts_code() -> None:
@@ -147,8 +163,9 @@ def test_retrieval_copy_copies_the_nearest_dev_prompts_code() -> None:
 
 
 def test_similarity_ties_go_to_the_smallest_prompt_id() -> None:
-    index = frozen.DevIndex({"b": "prepare a ghz state", "a": "prepare a ghz state",
-                             "c": "adder of two bits"})
+    index = frozen.DevIndex(
+        {"b": "prepare a ghz state", "a": "prepare a ghz state", "c": "adder of two bits"}
+    )
     assert index.nearest("Prepare a GHZ state.") == frozen.Match("a", 1.0)
     assert index.nearest("nothing shared") == frozen.Match("a", 0.0)
     assert index.similarity("adder of two bits", "c") == pytest.approx(1.0)
@@ -164,8 +181,13 @@ def test_row_responses_rebuild_what_was_frozen() -> None:
 
 
 def test_other_matrix_rows_are_kept() -> None:
-    model_row = {"label": "some-model", "kind": "model", "provider": "p", "model": "m",
-                 "evaluations": "frozen/some-model.evaluations.jsonl"}
+    model_row = {
+        "label": "some-model",
+        "kind": "model",
+        "provider": "p",
+        "model": "m",
+        "evaluations": "frozen/some-model.evaluations.jsonl",
+    }
     old_empty = {"label": "empty", "kind": "reference", "evaluations": "frozen/empty.x"}
     rows = frozen.matrix_rows([model_row, old_empty], ["oracle"])
     assert [r["label"] for r in rows] == ["oracle", "empty", "some-model"]
@@ -195,6 +217,7 @@ def test_the_frozen_matrix_compares_cleanly_on_the_test_split() -> None:
 
 # --- reproducible: score some frozen responses again -----------------------------------
 
+
 def _sample(label: str, count: int) -> list[str]:
     """Prompt IDs of a row, one per category first (so every outcome is re-scored), then
     evenly spread over the rest."""
@@ -210,8 +233,9 @@ def _sample(label: str, count: int) -> list[str]:
 
 @pytest.mark.docker
 @pytest.mark.parametrize(("label", "count"), [("retrieval-copy", 6), ("oracle", 4)])
-def test_frozen_responses_score_the_same_again(docker_client: Any, tmp_path: Path,
-                                               label: str, count: int) -> None:
+def test_frozen_responses_score_the_same_again(
+    docker_client: Any, tmp_path: Path, label: str, count: int
+) -> None:
     from engine.replay.docker import DockerEvaluatorRunner
     from engine.replay.replay import replay
 
@@ -222,14 +246,27 @@ def test_frozen_responses_score_the_same_again(docker_client: Any, tmp_path: Pat
     for r in responses:  # exactly the responses that were frozen
         assert r["response_source"] == frozen_by_id[r["prompt_id"]]["response_source"]
     path = tmp_path / "responses.jsonl"
-    path.write_text("".join(json.dumps({"prompt_id": r["prompt_id"], "content": r["content"]})
-                            + "\n" for r in responses), encoding="utf-8")
+    path.write_text(
+        "".join(
+            json.dumps({"prompt_id": r["prompt_id"], "content": r["content"]}) + "\n"
+            for r in responses
+        ),
+        encoding="utf-8",
+    )
     runner = DockerEvaluatorRunner(
-        base_image=BASE_IMAGE, client=docker_client,
+        base_image=BASE_IMAGE,
+        client=docker_client,
         wheelhouse=_wheelhouse(),
-        requirements=RELEASE.evaluator_requirements)
-    result = replay(DEMO_RELEASE_DIR, path, tmp_path / "out", acknowledge_code_execution=True,
-                    build_image=True, runner=runner)
+        requirements=RELEASE.evaluator_requirements,
+    )
+    result = replay(
+        DEMO_RELEASE_DIR,
+        path,
+        tmp_path / "out",
+        acknowledge_code_execution=True,
+        build_image=True,
+        runner=runner,
+    )
     assert [e["prompt_id"] for e in result.evaluations] == [i for i in ALL_IDS if i in ids]
     for ev in result.evaluations:
         before = frozen_by_id[ev["prompt_id"]]
@@ -237,5 +274,4 @@ def test_frozen_responses_score_the_same_again(docker_client: Any, tmp_path: Pat
         assert ev["evaluator_version"] == before["evaluator_version"]
         # The replay records more about its image (id, every package) than the frozen rows
         # kept; what they kept must be the same.
-        assert {k: ev["environment"].get(k) for k in before["environment"]} == \
-            before["environment"]
+        assert {k: ev["environment"].get(k) for k in before["environment"]} == before["environment"]

@@ -42,20 +42,38 @@ LLAMA_70B = "groq_llama-3_3-70b-versatile"
 LLAMA_8B = "groq_llama-3_1-8b-instant"
 QISKIT_MISTRAL = "huggingface_router_qiskit_mistral-small-3_2-24b-qiskit_featherless-ai"
 # Empty generations and a circuit-less run; many error classes; the three the brief names.
-ROWS = (LLAMA_70B, LLAMA_8B, QISKIT_MISTRAL, "deepseek_deepseek-v4-flash",
-        "huggingface_router_qwen_qwen3-coder-next_novita", "groq_qwen_qwen3-32b")
+ROWS = (
+    LLAMA_70B,
+    LLAMA_8B,
+    QISKIT_MISTRAL,
+    "deepseek_deepseek-v4-flash",
+    "huggingface_router_qwen_qwen3-coder-next_novita",
+    "groq_qwen_qwen3-32b",
+)
 
 # The per-record verdict fields (paths into a record), compared with their presence: a field
 # the reference leaves out of a record must be absent here too.
 VERDICT_PATHS: tuple[tuple[str, ...], ...] = (
-    ("prompt_id",), ("row_id",), ("label",), ("provider",), ("model",), ("finish_reason",),
-    ("empty_generation",), ("execution_mode",),
-    ("structural_checks",), ("target_context_recovery_structural_checks",),
-    ("execution", "execution_success"), ("execution", "circuit_found"),
-    ("execution", "execution_error_type"), ("execution", "selected_circuit_name"),
-    ("execution", "circuit_count"), ("execution", "structural", "checks"),
-    ("execution", "qasm3_export", "success"), ("execution", "qasm3_export", "error_type"),
-    ("execution", "simulation", "eligible"), ("execution", "simulation", "success"),
+    ("prompt_id",),
+    ("row_id",),
+    ("label",),
+    ("provider",),
+    ("model",),
+    ("finish_reason",),
+    ("empty_generation",),
+    ("execution_mode",),
+    ("structural_checks",),
+    ("target_context_recovery_structural_checks",),
+    ("execution", "execution_success"),
+    ("execution", "circuit_found"),
+    ("execution", "execution_error_type"),
+    ("execution", "selected_circuit_name"),
+    ("execution", "circuit_count"),
+    ("execution", "structural", "checks"),
+    ("execution", "qasm3_export", "success"),
+    ("execution", "qasm3_export", "error_type"),
+    ("execution", "simulation", "eligible"),
+    ("execution", "simulation", "success"),
     ("execution", "simulation", "skip_reason"),
     ("target_context_recovery_execution", "execution_success"),
     ("target_context_recovery_execution", "circuit_found"),
@@ -76,8 +94,9 @@ def at(record: Any, path: Sequence[str]) -> Any:
 
 
 def archived(release: Release, label: str) -> dict[str, Any]:
-    report: dict[str, Any] = json.loads((release.root / release.row(label).evaluations)
-                                        .read_text(encoding="utf-8"))
+    report: dict[str, Any] = json.loads(
+        (release.root / release.row(label).evaluations).read_text(encoding="utf-8")
+    )
     return report
 
 
@@ -91,12 +110,18 @@ def responses_of(release: Release, label: str) -> Path:
     return release.root / folder / "responses" / f"{label}_responses.jsonl"
 
 
-def record_differences(want: Sequence[dict[str, Any]], got: Sequence[dict[str, Any]],
-                       paths: Sequence[tuple[str, ...]] = VERDICT_PATHS) -> list[str]:
+def record_differences(
+    want: Sequence[dict[str, Any]],
+    got: Sequence[dict[str, Any]],
+    paths: Sequence[tuple[str, ...]] = VERDICT_PATHS,
+) -> list[str]:
     out = [f"{len(want)} archived records, {len(got)} built"] if len(want) != len(got) else []
     for a, b in zip(want, got, strict=False):
-        out += [f"{a['prompt_id']} {'.'.join(p)}: archived {at(a, p)!r}, built {at(b, p)!r}"
-                for p in paths if at(a, p) != at(b, p)]
+        out += [
+            f"{a['prompt_id']} {'.'.join(p)}: archived {at(a, p)!r}, built {at(b, p)!r}"
+            for p in paths
+            if at(a, p) != at(b, p)
+        ]
     return out
 
 
@@ -114,8 +139,14 @@ def test_the_summary_is_the_archived_summary(evidence: Release, label: str) -> N
     want = archived(evidence, label)
     report = build_report(evidence.frozen_evaluations(label), evidence)
     assert report["summary"] == want["summary"]
-    for key in ("evaluator_version", "structural_predicate_version", "prompt_count",
-                "missing_response_count", "missing_responses", "response_supplied"):
+    for key in (
+        "evaluator_version",
+        "structural_predicate_version",
+        "prompt_count",
+        "missing_response_count",
+        "missing_responses",
+        "response_supplied",
+    ):
         assert report[key] == want[key], key
 
 
@@ -123,9 +154,12 @@ def test_every_frozen_row_gives_its_archived_summary(evidence: Release) -> None:
     """All 21 rows of the frozen matrix (3,234 cells): no row's figures move."""
     rows = [r.label for r in evidence.matrix_rows if r.kind == "model"]
     assert len(rows) == 21
-    differing = [label for label in rows
-                 if build_report(evidence.frozen_evaluations(label), evidence)["summary"]
-                 != archived(evidence, label)["summary"]]
+    differing = [
+        label
+        for label in rows
+        if build_report(evidence.frozen_evaluations(label), evidence)["summary"]
+        != archived(evidence, label)["summary"]
+    ]
     assert differing == []
 
 
@@ -133,11 +167,15 @@ def test_every_frozen_row_gives_its_archived_record_verdicts(evidence: Release) 
     """Record by record, in the archived order, every verdict field and its presence."""
     problems: list[str] = []
     for row in (r for r in evidence.matrix_rows if r.kind == "model"):
-        report = build_report(evidence.frozen_evaluations(row.label), evidence,
-                              responses=responses_of(evidence, row.label))
-        problems += [f"{row.label}: {p}" for p in
-                     record_differences(archived(evidence, row.label)["records"],
-                                        report["records"])]
+        report = build_report(
+            evidence.frozen_evaluations(row.label),
+            evidence,
+            responses=responses_of(evidence, row.label),
+        )
+        problems += [
+            f"{row.label}: {p}"
+            for p in record_differences(archived(evidence, row.label)["records"], report["records"])
+        ]
     assert problems == [], "\n".join(problems[:20])
 
 
@@ -168,8 +206,7 @@ def test_target_metadata_is_left_out_unless_asked_for(evidence: Release) -> None
     assert "target metadata: left out" in render_markdown(report)
     full = build_report(cells, evidence, include_target_metadata=True)
     want = archived(evidence, LLAMA_70B)["records"]
-    assert [r["target_metadata"] for r in full["records"]] == [r["target_metadata"]
-                                                              for r in want]
+    assert [r["target_metadata"] for r in full["records"]] == [r["target_metadata"] for r in want]
     expected = [at(r, ("execution", "structural", "expected")) for r in full["records"]]
     assert expected == [at(r, ("execution", "structural", "expected")) for r in want]
     assert "target metadata: included" in render_markdown(full)
@@ -224,9 +261,11 @@ def test_infrastructure_failures_are_not_records(evidence: Release) -> None:
     evaluator could not score is listed apart; neither is in the denominator."""
     cells = evidence.frozen_evaluations(LLAMA_70B)
     first, second = cells[0]["prompt_id"], cells[1]["prompt_id"]
-    evaluations = [infrastructure_evaluation(first, "no_response", "no line"),
-                   infrastructure_evaluation(second, "not_evaluated", "evaluator stopped"),
-                   *cells[2:]]
+    evaluations = [
+        infrastructure_evaluation(first, "no_response", "no line"),
+        infrastructure_evaluation(second, "not_evaluated", "evaluator stopped"),
+        *cells[2:],
+    ]
     report = build_report(evaluations, evidence)
     assert report["prompt_count"] == 154 and report["summary"]["rows"] == 152
     assert report["missing_response_count"] == 1 and report["missing_responses"] == [first]
@@ -255,8 +294,9 @@ class PlaybackRunner:
     def ensure_image(self, *, build: bool, progress: Any = None) -> str:
         return "playback:frozen"
 
-    def run(self, items: Sequence[EvaluationItem], config: EvaluatorConfig,
-            on_line: Any = None) -> RunOutcome:
+    def run(
+        self, items: Sequence[EvaluationItem], config: EvaluatorConfig, on_line: Any = None
+    ) -> RunOutcome:
         outcome = RunOutcome(environment={"python": "3.13.5", "qiskit": "2.1.1"})
         for item in items:
             cell = {k: v for k, v in self.cells[item.prompt_id].items() if k != "frozen"}
@@ -264,14 +304,18 @@ class PlaybackRunner:
         return outcome
 
 
-def test_a_replay_under_the_pqid_contract_writes_both_files(evidence: Release,
-                                                            tmp_path: Path) -> None:
+def test_a_replay_under_the_pqid_contract_writes_both_files(
+    evidence: Release, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
-    result = replay(evidence.root, responses_of(evidence, LLAMA_70B), out,
-                    acknowledge_code_execution=True,
-                    runner=PlaybackRunner(evidence.frozen_evaluations(LLAMA_70B)))
-    assert sorted(p.name for p in out.iterdir()) == sorted((*OUTPUT_FILES, REPORT_JSON,
-                                                            REPORT_MD))
+    result = replay(
+        evidence.root,
+        responses_of(evidence, LLAMA_70B),
+        out,
+        acknowledge_code_execution=True,
+        runner=PlaybackRunner(evidence.frozen_evaluations(LLAMA_70B)),
+    )
+    assert sorted(p.name for p in out.iterdir()) == sorted((*OUTPUT_FILES, REPORT_JSON, REPORT_MD))
     assert result.files["harness_json"] == out / REPORT_JSON
     written = json.loads((out / REPORT_JSON).read_text(encoding="utf-8"))
     want = archived(evidence, LLAMA_70B)
@@ -282,46 +326,70 @@ def test_a_replay_under_the_pqid_contract_writes_both_files(evidence: Release,
     assert "| executable: ran and left a circuit (E) | 144 | 93.51% |" in markdown
 
 
-def test_a_replay_of_part_of_the_panel_reports_the_rest_as_missing(evidence: Release,
-                                                                   tmp_path: Path) -> None:
+def test_a_replay_of_part_of_the_panel_reports_the_rest_as_missing(
+    evidence: Release, tmp_path: Path
+) -> None:
     lines = responses_of(evidence, LLAMA_70B).read_text(encoding="utf-8").splitlines()
     responses = tmp_path / "responses.jsonl"
     dropped = json.loads(lines[0])["prompt_id"]
-    responses.write_text(json.dumps({"prompt_id": dropped, "error": "HTTP 500"}) + "\n"
-                         + "\n".join(lines[1:]) + "\n", encoding="utf-8")
-    replay(evidence.root, responses, tmp_path / "out", acknowledge_code_execution=True,
-           runner=PlaybackRunner(evidence.frozen_evaluations(LLAMA_70B)))
+    responses.write_text(
+        json.dumps({"prompt_id": dropped, "error": "HTTP 500"})
+        + "\n"
+        + "\n".join(lines[1:])
+        + "\n",
+        encoding="utf-8",
+    )
+    replay(
+        evidence.root,
+        responses,
+        tmp_path / "out",
+        acknowledge_code_execution=True,
+        runner=PlaybackRunner(evidence.frozen_evaluations(LLAMA_70B)),
+    )
     written = json.loads((tmp_path / "out" / REPORT_JSON).read_text(encoding="utf-8"))
     assert written["missing_responses"] == [dropped] and written["summary"]["rows"] == 153
 
 
-def test_a_replay_by_the_real_evaluator_fills_what_frozen_cells_lack(evidence: Release,
-                                                                     tmp_path: Path) -> None:
+def test_a_replay_by_the_real_evaluator_fills_what_frozen_cells_lack(
+    evidence: Release, tmp_path: Path
+) -> None:
     """The real evaluator (on the host: a test-only runner, no container) on Llama 3.3 70B's
     archived responses, which score on this venv's Qiskit as on the frozen one: the same
     summary and verdicts, and the fields only a real evaluation carries (observed structure,
     code length, the recovery run's circuit count) equal the archived ones too."""
-    runner = LocalEvaluatorRunner(env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                                       "PYTHONPATH": str(ROOT)}, cwd=tmp_path)
+    runner = LocalEvaluatorRunner(
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)}, cwd=tmp_path
+    )
     out = tmp_path / "out"
-    replay(evidence.root, responses_of(evidence, LLAMA_70B), out,
-           acknowledge_code_execution=True, runner=runner, allow_environment_mismatch=True)
+    replay(
+        evidence.root,
+        responses_of(evidence, LLAMA_70B),
+        out,
+        acknowledge_code_execution=True,
+        runner=runner,
+        allow_environment_mismatch=True,
+    )
     written = json.loads((out / REPORT_JSON).read_text(encoding="utf-8"))
     want = archived(evidence, LLAMA_70B)
     assert written["summary"] == want["summary"]
-    extra = (("generated_code_length",), ("execution", "structural", "observed"),
-             ("target_context_recovery_execution", "circuit_count"))
-    assert record_differences(want["records"], written["records"], (*VERDICT_PATHS, *extra)
-                              ) == []
+    extra = (
+        ("generated_code_length",),
+        ("execution", "structural", "observed"),
+        ("target_context_recovery_execution", "circuit_count"),
+    )
+    assert record_differences(want["records"], written["records"], (*VERDICT_PATHS, *extra)) == []
     assert '"target_metadata"' not in json.dumps(written)
     assert '"expected"' not in json.dumps(written["records"])
 
 
-def test_a_rescore_writes_each_models_harness_report(two_models: Release,  # noqa: F811
-                                                     tmp_path: Path) -> None:
+def test_a_rescore_writes_each_models_harness_report(
+    two_models: Release,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "out"
-    result = rescore(two_models, acknowledge_code_execution=True, runner=ScriptedRunner(),
-                     output_dir=out)
+    result = rescore(
+        two_models, acknowledge_code_execution=True, runner=ScriptedRunner(), output_dir=out
+    )
     for label in ("alpha", "beta"):
         folder = out / "evaluations" / label
         assert result.files[f"harness_json:{label}"] == folder / REPORT_JSON
@@ -330,17 +398,20 @@ def test_a_rescore_writes_each_models_harness_report(two_models: Release,  # noq
     summary = alpha["summary"]
     # The scripted verdicts: p1 matches, p2 runs without matching, p3 fails with NameError.
     assert (summary["rows"], summary["execution_success"], summary["structural_all_match"]) == (
-        3, 2, 1)
+        3,
+        2,
+        1,
+    )
     assert summary["execution_errors"] == {"NameError": 1}
     assert [r["row_id"] for r in alpha["records"]] == ["row-p1", "row-p2", "row-p3"]
     beta = json.loads((out / "evaluations" / "beta" / REPORT_JSON).read_text())
     assert beta["summary"]["structural_all_match"] == 3
 
 
-
 @pytest.mark.docker
 def test_a_rescore_in_the_pinned_environment_writes_the_archived_reports(
-        pqid_bench: Any, pqid_bench_image: str, docker_client: Any, tmp_path: Path) -> None:
+    pqid_bench: Any, pqid_bench_image: str, docker_client: Any, tmp_path: Path
+) -> None:
     """In PQID-Bench's pinned environment (the container), the written report of Llama 3.1 8B
     Instant (verdicts moved by the built-in correction) and Qiskit Mistral (a repeated prompt
     line) is the archived one: summary, verdicts, observed structures and code lengths."""
@@ -350,13 +421,22 @@ def test_a_rescore_in_the_pinned_environment_writes_the_archived_reports(
     release = load_release(pqid_bench.evidence)
     runner = _evidence_runner(docker_client, release, PQID_BENCH_BASE_IMAGE)
     out = tmp_path / "out"
-    rescore(release, acknowledge_code_execution=True, models=[LLAMA_8B, QISKIT_MISTRAL],
-            runner=runner, output_dir=out)
-    extra = (("generated_code_length",), ("execution", "structural", "observed"),
-             ("target_context_recovery_execution", "circuit_count"))
+    rescore(
+        release,
+        acknowledge_code_execution=True,
+        models=[LLAMA_8B, QISKIT_MISTRAL],
+        runner=runner,
+        output_dir=out,
+    )
+    extra = (
+        ("generated_code_length",),
+        ("execution", "structural", "observed"),
+        ("target_context_recovery_execution", "circuit_count"),
+    )
     for label in (LLAMA_8B, QISKIT_MISTRAL):
         written = json.loads((out / "evaluations" / label / REPORT_JSON).read_text())
         want = archived(release, label)
         assert written["summary"] == want["summary"], label
-        assert record_differences(want["records"], written["records"],
-                                  (*VERDICT_PATHS, *extra)) == [], label
+        assert (
+            record_differences(want["records"], written["records"], (*VERDICT_PATHS, *extra)) == []
+        ), label

@@ -697,7 +697,7 @@ def build_circuit():
     return qc
 """
 
-FORGED_GRADER = r'''
+FORGED_GRADER = r"""
 import os, struct, json, sys
 inp, out = os.dup(0), os.dup(1)
 def read(n):
@@ -722,10 +722,9 @@ while True:
           "expected": {"leak": request.get("target_metadata")}, "found": {}})
     send({"stage": "final", "qasm3_ok": True, "qasm3_error": None, "equivalent": True,
           "equivalence_reason": "operator"})
-'''
+"""
 
-PLANT_GRADER = (
-    """
+PLANT_GRADER = """
 import os, signal
 planted = []
 for directory in ("/tmp", os.getcwd(), os.path.dirname(os.getcwd())):
@@ -751,7 +750,6 @@ from qiskit import QuantumCircuit
 def build_circuit():
     return QuantumCircuit(1)  # wrong: only a forged grader would score it ok
 """.replace("FORGED", repr(FORGED_GRADER))
-)
 
 DAEMON = """
 import os, signal, time
@@ -981,92 +979,255 @@ EXECUTOR_DIED = error_has("the executor died")
 SEGFAULT_OR_RECURSION = error_has("SIGSEGV", "RecursionError", "MemoryError")
 
 ATTACKS: list[Attack] = [
-    Attack("network to outside IPs", "bell_phi_plus", NET_OUTSIDE, FAIL,
-           all_of(contained("network:"), error_has("errno101"))),
-    Attack("network to the Docker host gateway", "bell_phi_plus_nomeas", NET_GATEWAY, FAIL,
-           all_of(contained("gateway:"), error_has("errno101"))),
-    Attack("DNS lookup", "bell_phi_minus", DNS, FAIL, all_of(contained("dns:"),
-                                                             error_has("gaierror"))),
-    Attack("environment variables for secrets", "bell_phi_minus_nomeas", ENV_SECRETS, FAIL,
-           contained("env:")),
-    Attack("/proc/1 environ, cmdline, mem, maps, fds", "bell_psi_plus", PROC_PID1, FAIL,
-           all_of(contained("pid1: only cmdline readable"), error_has("environ=errno13"),
-                  error_has("mem=errno13"))),
-    Attack("/proc/*/fd of the supervisor, executor and grader", "bell_psi_plus_nomeas",
-           PROC_FDS, FAIL, contained("fds:")),
-    Attack("gc.get_objects(), frames and modules for the reference", "bell_psi_minus",
-           GC_SEARCH, FAIL, contained("gc:")),
-    Attack("file-system walk for the reference code", "bell_psi_minus_nomeas", FS_SEARCH, FAIL,
-           contained("files:")),
+    Attack(
+        "network to outside IPs",
+        "bell_phi_plus",
+        NET_OUTSIDE,
+        FAIL,
+        all_of(contained("network:"), error_has("errno101")),
+    ),
+    Attack(
+        "network to the Docker host gateway",
+        "bell_phi_plus_nomeas",
+        NET_GATEWAY,
+        FAIL,
+        all_of(contained("gateway:"), error_has("errno101")),
+    ),
+    Attack(
+        "DNS lookup", "bell_phi_minus", DNS, FAIL, all_of(contained("dns:"), error_has("gaierror"))
+    ),
+    Attack(
+        "environment variables for secrets",
+        "bell_phi_minus_nomeas",
+        ENV_SECRETS,
+        FAIL,
+        contained("env:"),
+    ),
+    Attack(
+        "/proc/1 environ, cmdline, mem, maps, fds",
+        "bell_psi_plus",
+        PROC_PID1,
+        FAIL,
+        all_of(
+            contained("pid1: only cmdline readable"),
+            error_has("environ=errno13"),
+            error_has("mem=errno13"),
+        ),
+    ),
+    Attack(
+        "/proc/*/fd of the supervisor, executor and grader",
+        "bell_psi_plus_nomeas",
+        PROC_FDS,
+        FAIL,
+        contained("fds:"),
+    ),
+    Attack(
+        "gc.get_objects(), frames and modules for the reference",
+        "bell_psi_minus",
+        GC_SEARCH,
+        FAIL,
+        contained("gc:"),
+    ),
+    Attack(
+        "file-system walk for the reference code",
+        "bell_psi_minus_nomeas",
+        FS_SEARCH,
+        FAIL,
+        contained("files:"),
+    ),
     Attack("fork bomb", "bell_phi_plus_q1_control", FORK_BOMB, TIMEOUT, error_has("Timeout")),
-    Attack("memory bomb (64 GiB at once, then five processes)", "bell_two_pairs", MEMORY_BOMB,
-           frozenset({"timeout", "execution_error"}),
-           error_has("Timeout", "MemoryError", "Killed")),
-    Attack("disk fill of /tmp, /dev/shm and /dev/mqueue", "bell_phi_plus_outer", DISK_FILL,
-           FAIL, error_has("No space left on device")),
-    Attack("inode exhaustion in the tmpfs", "ghz_03", INODES, FAIL,
-           error_has("No space left on device")),
-    Attack("200 MiB of forged protocol lines on stdout", "ghz_04", BIG_PRINT,
-           frozenset({"no_circuit"}),
-           lambda ev: ev["stdout_truncated"] and len(ev["stdout_excerpt"]) <= 400,
-           returns_circuit=False),
-    Attack("forged success JSON, then os._exit(0)", "ghz_05", FORGED_RESULT, FAIL,
-           error_has("SnippetExit"), returns_circuit=False),
-    Attack("forged result frames and legacy QPY on every fd", "ghz_06", FORGED_FRAMES, FAIL,
-           error_has("CircuitLoadError: not a QPY payload"), returns_circuit=False),
+    Attack(
+        "memory bomb (64 GiB at once, then five processes)",
+        "bell_two_pairs",
+        MEMORY_BOMB,
+        frozenset({"timeout", "execution_error"}),
+        error_has("Timeout", "MemoryError", "Killed"),
+    ),
+    Attack(
+        "disk fill of /tmp, /dev/shm and /dev/mqueue",
+        "bell_phi_plus_outer",
+        DISK_FILL,
+        FAIL,
+        error_has("No space left on device"),
+    ),
+    Attack(
+        "inode exhaustion in the tmpfs",
+        "ghz_03",
+        INODES,
+        FAIL,
+        error_has("No space left on device"),
+    ),
+    Attack(
+        "200 MiB of forged protocol lines on stdout",
+        "ghz_04",
+        BIG_PRINT,
+        frozenset({"no_circuit"}),
+        lambda ev: ev["stdout_truncated"] and len(ev["stdout_excerpt"]) <= 400,
+        returns_circuit=False,
+    ),
+    Attack(
+        "forged success JSON, then os._exit(0)",
+        "ghz_05",
+        FORGED_RESULT,
+        FAIL,
+        error_has("SnippetExit"),
+        returns_circuit=False,
+    ),
+    Attack(
+        "forged result frames and legacy QPY on every fd",
+        "ghz_06",
+        FORGED_FRAMES,
+        FAIL,
+        error_has("CircuitLoadError: not a QPY payload"),
+        returns_circuit=False,
+    ),
     Attack("killing its parent (the executor)", "ghz_07", KILL_PARENT, FAIL, EXECUTOR_DIED),
-    Attack("SIGKILL to every visible process and kill(-1)", "ghz_08", KILL_EVERYTHING, FAIL,
-           EXECUTOR_DIED),
-    Attack("ignoring SIGTERM and sleeping past the limit", "ghz_10", IGNORE_SIGTERM, TIMEOUT,
-           error_has("Timeout")),
-    Attack("ptrace and process_vm_readv via ctypes", "ghz_star_04", PTRACE, FAIL,
-           all_of(contained("ptrace:"), error_has("pid1:16:errno1"))),
-    Attack("raw and packet sockets", "ghz_star_06", RAW_SOCKETS, FAIL,
-           all_of(contained("raw sockets:"), error_has("errno1"))),
-    Attack("ctypes syscalls: unshare, setuid, mount, chroot, mknod", "ghz_03_nomeas", SYSCALLS,
-           FAIL, contained("syscalls:")),
-    Attack("zombies and an orphan left behind", "ghz_05_nomeas", ZOMBIES, FAIL,
-           all_of(contained("left"), stdout_has("ZOMBIES"))),
-    Attack("symlinks from its work files to /etc and the evaluator", "w_state_02", SYMLINKS,
-           FAIL, all_of(contained("symlinks:"), error_has("errno30", "errno13"))),
-    Attack("replacing the executor's working root with a symlink", "w_state_03", HIJACK_ROOT,
-           OK, stdout_has("HIJACKED")),
-    Attack("very deep recursion (Python and C)", "w_state_04", DEEP_RECURSION, FAIL,
-           SEGFAULT_OR_RECURSION),
+    Attack(
+        "SIGKILL to every visible process and kill(-1)",
+        "ghz_08",
+        KILL_EVERYTHING,
+        FAIL,
+        EXECUTOR_DIED,
+    ),
+    Attack(
+        "ignoring SIGTERM and sleeping past the limit",
+        "ghz_10",
+        IGNORE_SIGTERM,
+        TIMEOUT,
+        error_has("Timeout"),
+    ),
+    Attack(
+        "ptrace and process_vm_readv via ctypes",
+        "ghz_star_04",
+        PTRACE,
+        FAIL,
+        all_of(contained("ptrace:"), error_has("pid1:16:errno1")),
+    ),
+    Attack(
+        "raw and packet sockets",
+        "ghz_star_06",
+        RAW_SOCKETS,
+        FAIL,
+        all_of(contained("raw sockets:"), error_has("errno1")),
+    ),
+    Attack(
+        "ctypes syscalls: unshare, setuid, mount, chroot, mknod",
+        "ghz_03_nomeas",
+        SYSCALLS,
+        FAIL,
+        contained("syscalls:"),
+    ),
+    Attack(
+        "zombies and an orphan left behind",
+        "ghz_05_nomeas",
+        ZOMBIES,
+        FAIL,
+        all_of(contained("left"), stdout_has("ZOMBIES")),
+    ),
+    Attack(
+        "symlinks from its work files to /etc and the evaluator",
+        "w_state_02",
+        SYMLINKS,
+        FAIL,
+        all_of(contained("symlinks:"), error_has("errno30", "errno13")),
+    ),
+    Attack(
+        "replacing the executor's working root with a symlink",
+        "w_state_03",
+        HIJACK_ROOT,
+        OK,
+        stdout_has("HIJACKED"),
+    ),
+    Attack(
+        "very deep recursion (Python and C)",
+        "w_state_04",
+        DEEP_RECURSION,
+        FAIL,
+        SEGFAULT_OR_RECURSION,
+    ),
     Attack("huge integer 10**10**8", "w_state_05", HUGE_INT, TIMEOUT, error_has("Timeout")),
-    Attack("pickle.loads of a malicious payload", "w_state_06", PICKLE, FAIL,
-           error_has("CalledProcessError")),
-    Attack("writing into the evaluator and site-packages", "w_state_07", WRITE_EVALUATOR, FAIL,
-           all_of(contained("evaluator files:"), error_has("errno30"))),
-    Attack("monkeypatching count_ops, num_qubits, Operator.equiv", "w_state_08", MONKEYPATCH,
-           frozenset({"width_mismatch"}),
-           lambda ev: ev["structure"]["found"]["num_qubits"] == 2 and ev["equivalent"] is None,
-           returns_circuit=False),
-    Attack("planted evaluator package and settings, then killing the grader",
-           "w_state_03_nomeas", PLANT_GRADER, frozenset({"width_mismatch", "execution_error"}),
-           lambda ev: "PLANTED" in ev["stdout_excerpt"] and (
-               ev["category"] == "execution_error"
-               or ev["structure"]["found"]["num_qubits"] == 1),
-           returns_circuit=False),
-    Attack("setsid double-fork daemon that kills the grader later", "w_state_04_nomeas", DAEMON,
-           OK, lambda ev: "DAEMON" in ev["stdout_excerpt"] and ev["stray_processes_killed"] >= 1),
-    Attack("fork-hopping process that kills the executor and grader", "w_state_06_nomeas",
-           FORK_HOPPER, FAIL, EXECUTOR_DIED),
-    Attack("host files through /proc/1/root, /proc/sys, /sys", "w_state_08_nomeas", HOST_FILES,
-           FAIL, all_of(contained("host files:"), error_has("/proc/1/root/etc/passwd=errno13"))),
-    Attack("raising its own rlimits back up", "qft_02", RAISE_LIMITS, FAIL,
-           contained("rlimits:")),
-    Attack("prlimit/renice/affinity on PID 1, executor, grader", "qft_03", LOWER_OTHERS, FAIL,
-           all_of(contained("other processes:"), error_has("errno1"))),
-    Attack("signals to PID 1 (INT, TERM, STOP, KILL, ...)", "qft_04", SIGNAL_PID1, FAIL,
-           contained("PID 1 is still in state")),
-    Attack("SIGSTOP to the grader", "qft_05", SIGSTOP_GRADER, OK,
-           lambda ev: "STOPPED grader" in ev["stdout_excerpt"] and ev["duration_ms"] < 20000),
+    Attack(
+        "pickle.loads of a malicious payload",
+        "w_state_06",
+        PICKLE,
+        FAIL,
+        error_has("CalledProcessError"),
+    ),
+    Attack(
+        "writing into the evaluator and site-packages",
+        "w_state_07",
+        WRITE_EVALUATOR,
+        FAIL,
+        all_of(contained("evaluator files:"), error_has("errno30")),
+    ),
+    Attack(
+        "monkeypatching count_ops, num_qubits, Operator.equiv",
+        "w_state_08",
+        MONKEYPATCH,
+        frozenset({"width_mismatch"}),
+        lambda ev: ev["structure"]["found"]["num_qubits"] == 2 and ev["equivalent"] is None,
+        returns_circuit=False,
+    ),
+    Attack(
+        "planted evaluator package and settings, then killing the grader",
+        "w_state_03_nomeas",
+        PLANT_GRADER,
+        frozenset({"width_mismatch", "execution_error"}),
+        lambda ev: (
+            "PLANTED" in ev["stdout_excerpt"]
+            and (ev["category"] == "execution_error" or ev["structure"]["found"]["num_qubits"] == 1)
+        ),
+        returns_circuit=False,
+    ),
+    Attack(
+        "setsid double-fork daemon that kills the grader later",
+        "w_state_04_nomeas",
+        DAEMON,
+        OK,
+        lambda ev: "DAEMON" in ev["stdout_excerpt"] and ev["stray_processes_killed"] >= 1,
+    ),
+    Attack(
+        "fork-hopping process that kills the executor and grader",
+        "w_state_06_nomeas",
+        FORK_HOPPER,
+        FAIL,
+        EXECUTOR_DIED,
+    ),
+    Attack(
+        "host files through /proc/1/root, /proc/sys, /sys",
+        "w_state_08_nomeas",
+        HOST_FILES,
+        FAIL,
+        all_of(contained("host files:"), error_has("/proc/1/root/etc/passwd=errno13")),
+    ),
+    Attack("raising its own rlimits back up", "qft_02", RAISE_LIMITS, FAIL, contained("rlimits:")),
+    Attack(
+        "prlimit/renice/affinity on PID 1, executor, grader",
+        "qft_03",
+        LOWER_OTHERS,
+        FAIL,
+        all_of(contained("other processes:"), error_has("errno1")),
+    ),
+    Attack(
+        "signals to PID 1 (INT, TERM, STOP, KILL, ...)",
+        "qft_04",
+        SIGNAL_PID1,
+        FAIL,
+        contained("PID 1 is still in state"),
+    ),
+    Attack(
+        "SIGSTOP to the grader",
+        "qft_05",
+        SIGSTOP_GRADER,
+        OK,
+        lambda ev: "STOPPED grader" in ev["stdout_excerpt"] and ev["duration_ms"] < 20000,
+    ),
 ]
 # Probes of the clean-up between items: what earlier attacks left must be gone.
 PROBES: list[Attack] = [
-    Attack("census after the process attacks", "qft_06", CENSUS, FAIL, contained("census:"),
-           probe=True),
+    Attack(
+        "census after the process attacks", "qft_06", CENSUS, FAIL, contained("census:"), probe=True
+    ),
     Attack("census at the end", "qft_07", CENSUS, FAIL, contained("census:"), probe=True),
 ]
 LEGITIMATELY_OK = {a.name for a in ATTACKS if a.categories == OK}
@@ -1081,11 +1242,13 @@ def _control_ids() -> list[str]:
 
 def _snippet(attack: Attack, next_id: str) -> str:
     code = PRELUDE + textwrap.dedent(attack.code)
-    code = (code.replace("__GATEWAY__", GATEWAY)
-                .replace("__CANARY_PREFIX__", CANARY_PREFIX)
-                .replace("__MARKER_PREFIX__", MARKER_PREFIX)
-                .replace("__PROMPT__", attack.prompt_id)
-                .replace("__NEXT__", next_id))
+    code = (
+        code.replace("__GATEWAY__", GATEWAY)
+        .replace("__CANARY_PREFIX__", CANARY_PREFIX)
+        .replace("__MARKER_PREFIX__", MARKER_PREFIX)
+        .replace("__PROMPT__", attack.prompt_id)
+        .replace("__NEXT__", next_id)
+    )
     if attack.returns_circuit:
         code += "\n\n" + reference(attack.prompt_id)
     return code
@@ -1151,27 +1314,42 @@ def run_battery(client: Any, runner: DockerEvaluatorRunner, root: Path) -> Batte
     with responses.open("w") as fh:
         for pid in release_ids:
             code = _snippet(by_id[pid], next_of.get(pid, "")) if pid in by_id else reference(pid)
-            fh.write(json.dumps({"prompt_id": pid, "content": fenced(code),
-                                 "finish_reason": "stop"}) + "\n")
+            fh.write(
+                json.dumps({"prompt_id": pid, "content": fenced(code), "finish_reason": "stop"})
+                + "\n"
+            )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PQID_CANARY_API_KEY", CANARY)
         mp.setenv("OPENAI_API_KEY", CANARY)
         started = time.monotonic()
-        result = replay(release, responses, root / "out", acknowledge_code_execution=True,
-                        runner=runner, timeout_seconds=TIMEOUT_SECONDS)
+        result = replay(
+            release,
+            responses,
+            root / "out",
+            acknowledge_code_execution=True,
+            runner=runner,
+            timeout_seconds=TIMEOUT_SECONDS,
+        )
         elapsed = time.monotonic() - started
-    leftovers = (_containers_of(client, RUN_LABEL, runner.run_id)
-                 + _containers_of(client, OWNER_LABEL, _owner()))
-    return Battery({e["prompt_id"]: e for e in result.evaluations}, result.summary,
-                   root / "out", elapsed, [pid for pid in release_ids if pid not in by_id],
-                   next_of, leftovers)
+    leftovers = _containers_of(client, RUN_LABEL, runner.run_id) + _containers_of(
+        client, OWNER_LABEL, _owner()
+    )
+    return Battery(
+        {e["prompt_id"]: e for e in result.evaluations},
+        result.summary,
+        root / "out",
+        elapsed,
+        [pid for pid in release_ids if pid not in by_id],
+        next_of,
+        leftovers,
+    )
 
 
 @pytest.fixture(scope="module")
-def battery(docker_client: Any, image: str, tmp_path_factory: pytest.TempPathFactory
-            ) -> Battery:
-    runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=replay_docker._wheelhouse(),
-                                   client=docker_client)
+def battery(docker_client: Any, image: str, tmp_path_factory: pytest.TempPathFactory) -> Battery:
+    runner = DockerEvaluatorRunner(
+        base_image=BASE_IMAGE, wheelhouse=replay_docker._wheelhouse(), client=docker_client
+    )
     runner.ensure_image(build=True)
     return run_battery(docker_client, runner, tmp_path_factory.mktemp("hostile"))
 
@@ -1190,22 +1368,30 @@ def _check(attack: Attack, battery: Battery) -> list[str]:
     if ev.get("evaluator_killed"):
         problems.append("the evaluator (container) was killed")
     following = battery.evaluations.get(battery.next_of.get(attack.prompt_id, ""))
-    if following is not None and (following["category"] != "ok"
-                                  or following["equivalent"] is not True):
+    if following is not None and (
+        following["category"] != "ok" or following["equivalent"] is not True
+    ):
         problems.append(f"the control after it scored {following['category']}")
     text = json.dumps(ev)
     if MARKER in text or CANARY in text:
         problems.append("a secret reached the evaluation")
     if problems:
-        detail = {k: ev.get(k) for k in ("category", "error", "stdout_excerpt",
-                                          "stderr_excerpt", "stray_processes_killed")}
+        detail = {
+            k: ev.get(k)
+            for k in (
+                "category",
+                "error",
+                "stdout_excerpt",
+                "stderr_excerpt",
+                "stray_processes_killed",
+            )
+        }
         problems.append(json.dumps(detail)[:1500])
     return problems
 
 
 @pytest.mark.parametrize("attack", ATTACKS + PROBES, ids=lambda a: a.name)
-def test_each_attack_is_contained_and_scored_as_a_failure(battery: Battery,
-                                                         attack: Attack) -> None:
+def test_each_attack_is_contained_and_scored_as_a_failure(battery: Battery, attack: Attack) -> None:
     problems = _check(attack, battery)
     assert not problems, f"{attack.name} ({attack.prompt_id}): " + "; ".join(problems)
 
@@ -1213,20 +1399,28 @@ def test_each_attack_is_contained_and_scored_as_a_failure(battery: Battery,
 def test_the_battery_figure(battery: Battery) -> None:
     assert len(ATTACKS) >= 25 and len({a.prompt_id for a in ATTACKS}) == len(ATTACKS)
     outcomes = {a.name: _check(a, battery) for a in ATTACKS}
-    controls_ok = [pid for pid in battery.controls
-                   if battery.evaluations[pid]["category"] == "ok"
-                   and battery.evaluations[pid]["equivalent"] is True]
+    controls_ok = [
+        pid
+        for pid in battery.controls
+        if battery.evaluations[pid]["category"] == "ok"
+        and battery.evaluations[pid]["equivalent"] is True
+    ]
     held = sum(not problems for problems in outcomes.values())
     for attack in ATTACKS + PROBES:
         ev = battery.evaluations[attack.prompt_id]
-        print(f"  {attack.prompt_id:28} {ev['category']:16} {attack.name}: "
-              f"{str(ev.get('error') or ev.get('stdout_excerpt') or '')[:110]!r}")
-    all_ok = "all ok" if len(controls_ok) == len(battery.controls) else (
-        f"{len(controls_ok)} ok")
-    print(f"hostile: {len(ATTACKS)} attacks, {held} contained, "
-          f"{len(battery.controls)} control prompts {all_ok}")
-    print(f"  (one replay, {battery.summary['replay']['containers']} container(s), "
-          f"{battery.elapsed:.0f} s)")
+        print(
+            f"  {attack.prompt_id:28} {ev['category']:16} {attack.name}: "
+            f"{str(ev.get('error') or ev.get('stdout_excerpt') or '')[:110]!r}"
+        )
+    all_ok = "all ok" if len(controls_ok) == len(battery.controls) else (f"{len(controls_ok)} ok")
+    print(
+        f"hostile: {len(ATTACKS)} attacks, {held} contained, "
+        f"{len(battery.controls)} control prompts {all_ok}"
+    )
+    print(
+        f"  (one replay, {battery.summary['replay']['containers']} container(s), "
+        f"{battery.elapsed:.0f} s)"
+    )
     assert held == len(ATTACKS), {k: v for k, v in outcomes.items() if v}
     assert len(controls_ok) == len(battery.controls)
 
@@ -1240,8 +1434,11 @@ def test_every_control_prompt_still_scores_ok(battery: Battery) -> None:
 
 
 def test_one_container_ran_everything_and_none_is_left(battery: Battery) -> None:
-    assert battery.summary["replay"] == {"containers": 1, "evaluator_killed": [],
-                                         "not_evaluated": 0}
+    assert battery.summary["replay"] == {
+        "containers": 1,
+        "evaluator_killed": [],
+        "not_evaluated": 0,
+    }
     assert battery.leftovers == []
 
 
@@ -1254,11 +1451,15 @@ def test_no_secret_reached_any_output(battery: Battery) -> None:
 
 def test_legitimately_ok_attacks_are_only_the_documented_ones(battery: Battery) -> None:
     scored_ok = {a.name for a in ATTACKS if battery.evaluations[a.prompt_id]["category"] == "ok"}
-    assert scored_ok == LEGITIMATELY_OK == {
-        "replacing the executor's working root with a symlink",
-        "setsid double-fork daemon that kills the grader later",
-        "SIGSTOP to the grader",
-    }
+    assert (
+        scored_ok
+        == LEGITIMATELY_OK
+        == {
+            "replacing the executor's working root with a symlink",
+            "setsid double-fork daemon that kills the grader later",
+            "SIGSTOP to the grader",
+        }
+    )
 
 
 # -- a killed replay (issue 6 "Crashes") ---------------------------------------------------------
@@ -1280,9 +1481,22 @@ def _crash_responses() -> list[dict[str, Any]]:
 
 
 def _replay_args(responses: Path, out: Path) -> list[str]:
-    args = [sys.executable, "-m", "pqid_tui", "--batch", "replay", "--release-dir",
-            str(DEMO_RELEASE_DIR), "--responses", str(responses), "--output-dir", str(out),
-            "--base-image", BASE_IMAGE, "--acknowledge-code-execution"]
+    args = [
+        sys.executable,
+        "-m",
+        "pqid_tui",
+        "--batch",
+        "replay",
+        "--release-dir",
+        str(DEMO_RELEASE_DIR),
+        "--responses",
+        str(responses),
+        "--output-dir",
+        str(out),
+        "--base-image",
+        BASE_IMAGE,
+        "--acknowledge-code-execution",
+    ]
     wheelhouse = replay_docker._wheelhouse()
     if wheelhouse:
         args += ["--wheelhouse", str(wheelhouse)]
@@ -1295,24 +1509,38 @@ def _categories(out: Path) -> dict[str, str]:
 
 
 def test_a_killed_replay_leaves_no_container_and_reruns_the_same(
-        docker_client: Any, image: str, tmp_path: Path) -> None:
+    docker_client: Any, image: str, tmp_path: Path
+) -> None:
     responses = tmp_path / "responses.jsonl"
     responses.write_text("".join(json.dumps(line) + "\n" for line in _crash_responses()))
     # The uninterrupted run, in the image the command line below uses (the release's pins),
     # so that the command finds it whichever tests ran before.
-    runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=replay_docker._wheelhouse(),
-                                   requirements=load_release(DEMO_RELEASE_DIR).evaluator_requirements,
-                                   client=docker_client)
+    runner = DockerEvaluatorRunner(
+        base_image=BASE_IMAGE,
+        wheelhouse=replay_docker._wheelhouse(),
+        requirements=load_release(DEMO_RELEASE_DIR).evaluator_requirements,
+        client=docker_client,
+    )
     runner.ensure_image(build=True)
-    result = replay(DEMO_RELEASE_DIR, responses, tmp_path / "clean",
-                    acknowledge_code_execution=True, runner=runner)
+    result = replay(
+        DEMO_RELEASE_DIR,
+        responses,
+        tmp_path / "clean",
+        acknowledge_code_execution=True,
+        runner=runner,
+    )
     expected = {e["prompt_id"]: e["category"] for e in result.evaluations}
     assert len(expected) == 20 and len(set(expected.values())) >= 4, expected
 
     # The same run, SIGKILLed once five prompts are done.
     out = tmp_path / "killed"
-    proc = subprocess.Popen(_replay_args(responses, out), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _replay_args(responses, out),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     owner = f"{socket.gethostname()}:{proc.pid}"
     seen: list[str] = []
     try:
@@ -1334,19 +1562,27 @@ def test_a_killed_replay_leaves_no_container_and_reruns_the_same(
     assert proc.returncode == -signal.SIGKILL
     assert not (out / EVALUATIONS_FILE).exists()
     left = _containers_of(docker_client, OWNER_LABEL, owner)
-    print(f"killed replay: {len(seen)} progress lines seen; {len(left)} container(s) left "
-          f"behind ({[c['State'] for c in left]})")
+    print(
+        f"killed replay: {len(seen)} progress lines seen; {len(left)} container(s) left "
+        f"behind ({[c['State'] for c in left]})"
+    )
 
     # The next replay removes what the killed one left, and scores the same.
-    rerun = subprocess.run(_replay_args(responses, out), cwd=ROOT, capture_output=True,
-                           text=True, timeout=600)
+    rerun = subprocess.run(
+        _replay_args(responses, out), cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert _containers_of(docker_client, OWNER_LABEL, owner) == []
     assert _categories(out) == expected
-    assert [c for c in _containers_of(docker_client, REPLAY_LABEL, "1")
-            if (c.get("Labels") or {}).get(OWNER_LABEL) == owner] == []
-    print(f"re-run after the kill: same {len(expected)} categories "
-          f"({sorted(set(expected.values()))}); the leftover container was removed")
+    assert [
+        c
+        for c in _containers_of(docker_client, REPLAY_LABEL, "1")
+        if (c.get("Labels") or {}).get(OWNER_LABEL) == owner
+    ] == []
+    print(
+        f"re-run after the kill: same {len(expected)} categories "
+        f"({sorted(set(expected.values()))}); the leftover container was removed"
+    )
 
 
 # -- two replays at once -------------------------------------------------------------------------
@@ -1384,7 +1620,8 @@ def _host_tasks_of(uid: int) -> int:
 
 
 def test_a_process_hog_in_one_replay_does_not_starve_a_concurrent_one(
-        docker_client: Any, image: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    docker_client: Any, image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """RLIMIT_NPROC counts a uid's tasks machine-wide: each container has its own uid, so a
     snippet holding its whole process budget in one replay leaves another replay alone."""
     import threading
@@ -1395,15 +1632,23 @@ def test_a_process_hog_in_one_replay_does_not_starve_a_concurrent_one(
     monkeypatch.setattr(docker_runner, "container_user", lambda: next(users))
     meta = dict(DEMO["ghz_05"]["target_metadata"])
     uid = 400001
-    runners = [DockerEvaluatorRunner(base_image=BASE_IMAGE,
-                                     wheelhouse=replay_docker._wheelhouse(), client=docker_client)
-               for _ in range(2)]
+    runners = [
+        DockerEvaluatorRunner(
+            base_image=BASE_IMAGE, wheelhouse=replay_docker._wheelhouse(), client=docker_client
+        )
+        for _ in range(2)
+    ]
     for runner in runners:
         runner.ensure_image(build=True)
     before = _host_tasks_of(uid)
-    hog = threading.Thread(target=runners[0].run, args=(
-        [EvaluationItem("hold", None, HOLD_PROCESSES, meta)],
-        EvaluatorConfig(timeout_seconds=15)), daemon=True)
+    hog = threading.Thread(
+        target=runners[0].run,
+        args=(
+            [EvaluationItem("hold", None, HOLD_PROCESSES, meta)],
+            EvaluatorConfig(timeout_seconds=15),
+        ),
+        daemon=True,
+    )
     hog.start()
     # The hog's container holds its whole budget: 8 snippet tasks beyond its own 3 processes.
     deadline = time.monotonic() + 30
@@ -1411,10 +1656,14 @@ def test_a_process_hog_in_one_replay_does_not_starve_a_concurrent_one(
         if time.monotonic() > deadline:
             pytest.skip("the hog did not take its process budget in 30 s")
         time.sleep(0.1)
-    code = reference("ghz_05") + "\nfrom qiskit import transpile\n" + \
-        "transpile(build_circuit(), basis_gates=['u', 'cx'], optimization_level=3)\n"
-    outcome = runners[1].run([EvaluationItem("ghz_05", None, code, meta)],
-                             EvaluatorConfig(timeout_seconds=20))
+    code = (
+        reference("ghz_05")
+        + "\nfrom qiskit import transpile\n"
+        + "transpile(build_circuit(), basis_gates=['u', 'cx'], optimization_level=3)\n"
+    )
+    outcome = runners[1].run(
+        [EvaluationItem("ghz_05", None, code, meta)], EvaluatorConfig(timeout_seconds=20)
+    )
     hog.join(timeout=90)
     evaluation = outcome.evaluations["ghz_05"]
     assert evaluation["category"] == "ok", evaluation.get("error")
@@ -1433,23 +1682,35 @@ def test_a_process_hog_in_one_replay_does_not_starve_a_concurrent_one(
 from evaluator.contracts import CONTRACT_PQID_BENCH  # noqa: E402
 
 PQID_BELL = "qc = QuantumCircuit(2, 2)\nqc.h(0)\nqc.cx(0, 1)\nqc.measure([0, 1], [0, 1])\n"
-PQID_GHZ = ("qc = QuantumCircuit(3, 3)\nqc.h(0)\nqc.cx(0, 1)\nqc.cx(1, 2)\n"
-            "qc.measure([0, 1, 2], [0, 1, 2])\n")
+PQID_GHZ = (
+    "qc = QuantumCircuit(3, 3)\nqc.h(0)\nqc.cx(0, 1)\nqc.cx(1, 2)\n"
+    "qc.measure([0, 1, 2], [0, 1, 2])\n"
+)
 PQID_TARGETS = {
-    "bell": {"num_qubits": 2, "num_clbits": 2, "gate_count": 4,
-             "gate_types": {"h": 1, "cx": 1, "measure": 2}},
-    "ghz": {"num_qubits": 3, "num_clbits": 3, "gate_count": 6,
-            "gate_types": {"h": 1, "cx": 2, "measure": 3}},
+    "bell": {
+        "num_qubits": 2,
+        "num_clbits": 2,
+        "gate_count": 4,
+        "gate_types": {"h": 1, "cx": 1, "measure": 2},
+    },
+    "ghz": {
+        "num_qubits": 3,
+        "num_clbits": 3,
+        "gate_count": 6,
+        "gate_types": {"h": 1, "cx": 2, "measure": 3},
+    },
 }
 PQID_CONTROLS = {"bell": PQID_BELL, "ghz": PQID_GHZ}
 
 
 def pqid_escaping(body: str) -> str:
     """A response that leaves the safe built-ins through a preloaded object, then runs body."""
-    return (f"ATTACK = {textwrap.dedent(body)!r}\n"
-            'real = QuantumCircuit.__init__.__globals__["__builtins__"]\n'
-            'real["exec"](ATTACK, {"__builtins__": real, "namespace": real["globals"](),\n'
-            '                      "QuantumCircuit": QuantumCircuit})\n')
+    return (
+        f"ATTACK = {textwrap.dedent(body)!r}\n"
+        'real = QuantumCircuit.__init__.__globals__["__builtins__"]\n'
+        'real["exec"](ATTACK, {"__builtins__": real, "namespace": real["globals"](),\n'
+        '                      "QuantumCircuit": QuantumCircuit})\n'
+    )
 
 
 PQID_PRELUDE = """
@@ -1460,7 +1721,9 @@ class Contained(Exception):
 
 # The ways back: a Qiskit function's globals and a preloaded module's dict. Then what the real
 # built-ins give: os, files, the network; nothing of it reaches past the child.
-PQID_BACK_TO_OS = PQID_PRELUDE + """
+PQID_BACK_TO_OS = (
+    PQID_PRELUDE
+    + """
 import socket
 qiskit_function = QuantumCircuit.__init__
 loader_function = type(namespace["np"].__loader__).__init__
@@ -1489,10 +1752,13 @@ if reached:
 else:
     raise Contained("back to os via %d routes, nothing reached" % len(routes))
 """
+)
 
 # What fools the reference harness: the target metadata, read from the scorer's own process
 # (its frames, its heap) and turned into the exact circuit. Here it is nowhere to be found.
-PQID_READ_TARGET = PQID_PRELUDE + """
+PQID_READ_TARGET = (
+    PQID_PRELUDE
+    + """
 import gc, re, sys
 needle = "".join(["gate", "_types"])  # not a constant of this code, so never found in it
 hexes = "[0-9a-f]{32}"
@@ -1544,6 +1810,7 @@ if found:
 else:
     raise Contained("no target metadata in frames, heap, environment or /proc")
 """
+)
 
 # A circuit that lies about itself: its width and clbits equal anything, its count_ops is the
 # target's map. The reference harness believes it; the grader reads the QPY.
@@ -1572,7 +1839,9 @@ namespace[7] = QuantumCircuit(2, 2)  # a name that is not a string cannot be ran
 """
 
 # The child's report forged: more names than circuits in the payload. No credit.
-PQID_FORGED_NAMES = PQID_PRELUDE + """
+PQID_FORGED_NAMES = (
+    PQID_PRELUDE
+    + """
 import io, json, struct
 from qiskit import qpy
 def frame(data):
@@ -1586,6 +1855,7 @@ status = {"phase": "done", "error": None, "error_type": None, "exec_ms": 1,
 os.write(3, frame(json.dumps(status).encode()) + frame(buffer.getvalue()))
 os._exit(0)
 """
+)
 
 
 @dataclass(frozen=True)
@@ -1600,35 +1870,65 @@ class PqidAttack:
     before: str = ""  # plain code of the response before the escape
 
     def code(self) -> str:
-        body = (self.body.replace("__MARKER_PREFIX__", MARKER_PREFIX)
-                .replace("__CANARY_PREFIX__", CANARY_PREFIX)
-                .replace("__PQID_CONTROL__", repr(PQID_CONTROLS[self.target])))
+        body = (
+            self.body.replace("__MARKER_PREFIX__", MARKER_PREFIX)
+            .replace("__CANARY_PREFIX__", CANARY_PREFIX)
+            .replace("__PQID_CONTROL__", repr(PQID_CONTROLS[self.target]))
+        )
         return self.before + pqid_escaping(body)
 
 
 PQID_ATTACKS: list[PqidAttack] = [
-    PqidAttack("preloaded objects as a way back to os and the real built-ins", "bell",
-               PQID_BACK_TO_OS, FAIL,
-               all_of(contained("back to os via 3 routes"),
-                      stdout_has("ESCAPED via a Qiskit function's globals"))),
-    PqidAttack("reading the target metadata from frames, heap, environment, /proc", "ghz",
-               PQID_READ_TARGET, FAIL,
-               lambda ev: str(ev.get("error")).startswith("Contained: no target metadata")
-               and not ev["target_context_recovery"]["report_signature_match"]),
-    PqidAttack("a QuantumCircuit subclass lying about count_ops, num_qubits, num_clbits",
-               "bell", PQID_LYING_SUBCLASS, frozenset({"width_mismatch"}),
-               lambda ev: ev["structure"]["found"]["num_qubits"] == 1
-               and ev["structure"]["found"]["gate_types"] == {"x": 1}
-               and not ev["target_context_recovery"]["report_signature_match"]),
-    PqidAttack("a circuit planted by name so that it is the one chosen", "bell",
-               PQID_PLANTED, frozenset({"width_mismatch"}),
-               lambda ev: ev["selected_circuit_name"] == "" and ev["circuit_count"] == 2
-               and ev["target_context_recovery"]["selected_circuit_name"] == "qc",
-               before=PQID_BELL),
-    PqidAttack("a forged report naming more circuits than it hands back", "bell",
-               PQID_FORGED_NAMES, FAIL,
-               lambda ev: ev["execution_error_type"] == "CircuitLoadError"
-               and not ev["report_executable"]),
+    PqidAttack(
+        "preloaded objects as a way back to os and the real built-ins",
+        "bell",
+        PQID_BACK_TO_OS,
+        FAIL,
+        all_of(
+            contained("back to os via 3 routes"),
+            stdout_has("ESCAPED via a Qiskit function's globals"),
+        ),
+    ),
+    PqidAttack(
+        "reading the target metadata from frames, heap, environment, /proc",
+        "ghz",
+        PQID_READ_TARGET,
+        FAIL,
+        lambda ev: (
+            str(ev.get("error")).startswith("Contained: no target metadata")
+            and not ev["target_context_recovery"]["report_signature_match"]
+        ),
+    ),
+    PqidAttack(
+        "a QuantumCircuit subclass lying about count_ops, num_qubits, num_clbits",
+        "bell",
+        PQID_LYING_SUBCLASS,
+        frozenset({"width_mismatch"}),
+        lambda ev: (
+            ev["structure"]["found"]["num_qubits"] == 1
+            and ev["structure"]["found"]["gate_types"] == {"x": 1}
+            and not ev["target_context_recovery"]["report_signature_match"]
+        ),
+    ),
+    PqidAttack(
+        "a circuit planted by name so that it is the one chosen",
+        "bell",
+        PQID_PLANTED,
+        frozenset({"width_mismatch"}),
+        lambda ev: (
+            ev["selected_circuit_name"] == ""
+            and ev["circuit_count"] == 2
+            and ev["target_context_recovery"]["selected_circuit_name"] == "qc"
+        ),
+        before=PQID_BELL,
+    ),
+    PqidAttack(
+        "a forged report naming more circuits than it hands back",
+        "bell",
+        PQID_FORGED_NAMES,
+        FAIL,
+        lambda ev: ev["execution_error_type"] == "CircuitLoadError" and not ev["report_executable"],
+    ),
 ]
 
 
@@ -1645,8 +1945,9 @@ class PqidBattery:
 @pytest.fixture(scope="module")
 def pqid_battery(docker_client: Any, image: str) -> PqidBattery:
     """Every attack on the PQID-Bench contract, each followed by a control, in one container."""
-    runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=replay_docker._wheelhouse(),
-                                   client=docker_client)
+    runner = DockerEvaluatorRunner(
+        base_image=BASE_IMAGE, wheelhouse=replay_docker._wheelhouse(), client=docker_client
+    )
     runner.ensure_image(build=True)
     items: list[EvaluationItem] = []
     controls: list[str] = []
@@ -1656,25 +1957,46 @@ def pqid_battery(docker_client: Any, image: str) -> PqidBattery:
         # The marker rides in the target metadata that only the supervisor holds.
         target = {**PQID_TARGETS[attack.target], "reference_code": f"# {MARKER}"}
         items.append(EvaluationItem(f"attack-{i}", None, code, target))
-        items.append(EvaluationItem(f"control-{i}", None, PQID_CONTROLS[control],
-                                    {**PQID_TARGETS[control], "reference_code": f"# {MARKER}"}))
+        items.append(
+            EvaluationItem(
+                f"control-{i}",
+                None,
+                PQID_CONTROLS[control],
+                {**PQID_TARGETS[control], "reference_code": f"# {MARKER}"},
+            )
+        )
         controls.append(f"control-{i}")
     next_of = {items[i].prompt_id: items[i + 1].prompt_id for i in range(len(items) - 1)}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PQID_CANARY_API_KEY", CANARY)
-        outcome = runner.run(items, EvaluatorConfig(timeout_seconds=TIMEOUT_SECONDS,
-                                                    contract=CONTRACT_PQID_BENCH))
-    return PqidBattery(outcome.evaluations, outcome.killed, outcome.not_evaluated, controls,
-                       next_of, json.dumps(outcome.evaluations))
+        outcome = runner.run(
+            items, EvaluatorConfig(timeout_seconds=TIMEOUT_SECONDS, contract=CONTRACT_PQID_BENCH)
+        )
+    return PqidBattery(
+        outcome.evaluations,
+        outcome.killed,
+        outcome.not_evaluated,
+        controls,
+        next_of,
+        json.dumps(outcome.evaluations),
+    )
 
 
-@pytest.mark.parametrize("index", range(len(PQID_ATTACKS)),
-                         ids=[a.name for a in PQID_ATTACKS])
+@pytest.mark.parametrize("index", range(len(PQID_ATTACKS)), ids=[a.name for a in PQID_ATTACKS])
 def test_each_pqid_bench_attack_is_contained(pqid_battery: PqidBattery, index: int) -> None:
     attack = PQID_ATTACKS[index]
     ev = pqid_battery.evaluations[f"attack-{index}"]
-    detail = {k: ev.get(k) for k in ("category", "error", "stdout_excerpt", "stderr_excerpt",
-                                     "selected_circuit_name", "report_signature_match")}
+    detail = {
+        k: ev.get(k)
+        for k in (
+            "category",
+            "error",
+            "stdout_excerpt",
+            "stderr_excerpt",
+            "selected_circuit_name",
+            "report_signature_match",
+        )
+    }
     assert ev["contract"] == CONTRACT_PQID_BENCH, detail
     assert ev["category"] in attack.categories, detail
     assert attack.evidence(ev), detail
@@ -1684,8 +2006,7 @@ def test_each_pqid_bench_attack_is_contained(pqid_battery: PqidBattery, index: i
     assert following["category"] == "ok" and following["report_signature_match"], following
 
 
-def test_pqid_bench_battery_keeps_the_container_and_every_secret(
-        pqid_battery: PqidBattery) -> None:
+def test_pqid_bench_battery_keeps_the_container_and_every_secret(pqid_battery: PqidBattery) -> None:
     assert pqid_battery.killed == [] and pqid_battery.not_evaluated == {}
     for pid in pqid_battery.controls:
         assert pqid_battery.evaluations[pid]["category"] == "ok", pqid_battery.evaluations[pid]

@@ -41,10 +41,10 @@ from tests.helpers import GHZ_CODE, write_release
 
 pytestmark = pytest.mark.docker
 
+
 @pytest.fixture
 def runner(docker_client: Any, image: str) -> DockerEvaluatorRunner:
-    r = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=_wheelhouse(),
-                              client=docker_client)
+    r = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=_wheelhouse(), client=docker_client)
     # Normally the session's image; a rebuild only when the evaluator sources changed since.
     r.ensure_image(build=True)
     return r
@@ -55,7 +55,7 @@ def replay_containers(client: Any) -> list[Any]:
 
 
 # A snippet that reports what it can reach, then builds the right circuit.
-PROBE = '''
+PROBE = """
 import json, os, socket
 facts = {"uid": os.getuid(), "gid": os.getgid(), "net": [], "writes": {}}
 for address in [("1.1.1.1", 53), ("172.17.0.1", 2375), ("127.0.0.1", 2375)]:
@@ -82,7 +82,7 @@ try:
 except OSError as exc:
     facts["root"] = type(exc).__name__
 print("FACTS" + json.dumps(facts))
-''' + GHZ_CODE.format(n=2)
+""" + GHZ_CODE.format(n=2)
 
 
 def test_the_image_runs_the_evaluator_unprivileged(docker_client: Any, image: str) -> None:
@@ -94,7 +94,8 @@ def test_the_image_runs_the_evaluator_unprivileged(docker_client: Any, image: st
 
 
 def test_replay_in_the_container_is_contained_and_cleaned_up(
-        docker_client: Any, runner: DockerEvaluatorRunner, tmp_path: Path) -> None:
+    docker_client: Any, runner: DockerEvaluatorRunner, tmp_path: Path
+) -> None:
     release = write_release(tmp_path / "release", count=6)
     responses = tmp_path / "responses.jsonl"
     ref = GHZ_CODE.format(n=3)  # ghz_01 has 3 qubits
@@ -112,14 +113,20 @@ def test_replay_in_the_container_is_contained_and_cleaned_up(
         events.append(event)
         if isinstance(event, EvaluationStarted) and not hosts:
             running = docker_client.containers.list(
-                filters={"label": f"{RUN_LABEL}={runner.run_id}"})
+                filters={"label": f"{RUN_LABEL}={runner.run_id}"}
+            )
             hosts.extend(c.attrs for c in running)
 
-    result = replay(release, responses, tmp_path / "out", acknowledge_code_execution=True,
-                    runner=runner, progress=progress)
+    result = replay(
+        release,
+        responses,
+        tmp_path / "out",
+        acknowledge_code_execution=True,
+        runner=runner,
+        progress=progress,
+    )
     cats = {e["prompt_id"]: e["category"] for e in result.evaluations}
-    assert cats == {"ghz_00": "ok", "ghz_01": "ok", "ghz_02": "no_code",
-                    "ghz_03": "no_response"}
+    assert cats == {"ghz_00": "ok", "ghz_01": "ok", "ghz_02": "no_code", "ghz_03": "no_response"}
     assert any(isinstance(e, ImageReady) and not e.built for e in events)
 
     probe = result.evaluations[0]
@@ -143,16 +150,24 @@ def test_replay_in_the_container_is_contained_and_cleaned_up(
     assert replay_containers(docker_client) == []
 
 
-def test_a_wall_clock_overrun_is_an_infrastructure_failure(
-        docker_client: Any, image: str) -> None:
-    runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=_wheelhouse(),
-                                   client=docker_client, wall_clock_seconds=6)
+def test_a_wall_clock_overrun_is_an_infrastructure_failure(docker_client: Any, image: str) -> None:
+    runner = DockerEvaluatorRunner(
+        base_image=BASE_IMAGE, wheelhouse=_wheelhouse(), client=docker_client, wall_clock_seconds=6
+    )
     runner.ensure_image(build=True)
-    meta = {"family": "ghz", "entrypoint": "build_circuit", "num_qubits": 2, "num_clbits": 2,
-            "ops": {"h": 1, "cx": 1, "measure": 2}, "depth": 3,
-            "reference_code": GHZ_CODE.format(n=2)}
-    items = [EvaluationItem("sleepy", None, "import time\ntime.sleep(120)\n", meta),
-             EvaluationItem("after", None, GHZ_CODE.format(n=2), meta)]
+    meta = {
+        "family": "ghz",
+        "entrypoint": "build_circuit",
+        "num_qubits": 2,
+        "num_clbits": 2,
+        "ops": {"h": 1, "cx": 1, "measure": 2},
+        "depth": 3,
+        "reference_code": GHZ_CODE.format(n=2),
+    }
+    items = [
+        EvaluationItem("sleepy", None, "import time\ntime.sleep(120)\n", meta),
+        EvaluationItem("after", None, GHZ_CODE.format(n=2), meta),
+    ]
     t0 = time.monotonic()
     outcome = runner.run(items, EvaluatorConfig(timeout_seconds=100))
     assert time.monotonic() - t0 < 45
@@ -161,12 +176,16 @@ def test_a_wall_clock_overrun_is_an_infrastructure_failure(
     assert replay_containers(docker_client) == []
 
 
-def test_leftovers_of_dead_replays_are_removed(docker_client: Any,
-                                               runner: DockerEvaluatorRunner) -> None:
+def test_leftovers_of_dead_replays_are_removed(
+    docker_client: Any, runner: DockerEvaluatorRunner
+) -> None:
     def make(owner: str, start: bool) -> Any:
         c = docker_client.containers.create(
-            runner.image, entrypoint=["python3", "-c", "import time; time.sleep(120)"],
-            network_mode="none", labels={REPLAY_LABEL: "1", RUN_LABEL: "old", OWNER_LABEL: owner})
+            runner.image,
+            entrypoint=["python3", "-c", "import time; time.sleep(120)"],
+            network_mode="none",
+            labels={REPLAY_LABEL: "1", RUN_LABEL: "old", OWNER_LABEL: owner},
+        )
         if start:
             c.start()
         return c
@@ -197,9 +216,11 @@ SLEEPER = "import time\ntime.sleep(120)\n"
 # Starts the command line with SIGINT at the disposition a test asks for, as a terminal would
 # (SIG_DFL): a shell that runs the suite as a background job (`pytest &` in a script) hands its
 # children SIGINT ignored, and Python then leaves it ignored, so a Ctrl-C test would hang.
-_EXEC_PQID_TUI = ("import os, signal, sys\n"
-                  "signal.signal(signal.SIGINT, getattr(signal, sys.argv[1]))\n"
-                  "os.execv(sys.executable, [sys.executable, '-m', 'pqid_tui', *sys.argv[2:]])\n")
+_EXEC_PQID_TUI = (
+    "import os, signal, sys\n"
+    "signal.signal(signal.SIGINT, getattr(signal, sys.argv[1]))\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'pqid_tui', *sys.argv[2:]])\n"
+)
 
 
 class ReplayCli:
@@ -210,15 +231,33 @@ class ReplayCli:
     exists already, so nothing is built).
     """
 
-    def __init__(self, docker_client: Any, tmp_path: Path, lines: list[dict[str, Any]], *,
-                 sigint: str = "SIG_DFL") -> None:
+    def __init__(
+        self,
+        docker_client: Any,
+        tmp_path: Path,
+        lines: list[dict[str, Any]],
+        *,
+        sigint: str = "SIG_DFL",
+    ) -> None:
         release = write_release(tmp_path / "release", count=6)
         responses = tmp_path / "responses.jsonl"
         responses.write_text("".join(json.dumps(line) + "\n" for line in lines))
         self.output = tmp_path / "out"
-        args = ["--batch", "replay", "--release-dir", str(release), "--responses",
-                str(responses), "--output-dir", str(self.output), "--base-image", BASE_IMAGE,
-                "--timeout-seconds", "100", "--acknowledge-code-execution"]
+        args = [
+            "--batch",
+            "replay",
+            "--release-dir",
+            str(release),
+            "--responses",
+            str(responses),
+            "--output-dir",
+            str(self.output),
+            "--base-image",
+            BASE_IMAGE,
+            "--timeout-seconds",
+            "100",
+            "--acknowledge-code-execution",
+        ]
         if _wheelhouse():
             args += ["--wheelhouse", str(_wheelhouse())]
         self.client = docker_client
@@ -226,14 +265,21 @@ class ReplayCli:
         self.stderr: list[str] = []
         self.created: list[str] = []
         # Subscribed before the process starts, so that no event of its can be missed.
-        self.events = docker_client.events(decode=True, filters={"type": "container",
-                                                                 "label": REPLAY_LABEL})
-        self.proc = subprocess.Popen([sys.executable, "-c", _EXEC_PQID_TUI, sigint, *args],
-                                     cwd=ROOT, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+        self.events = docker_client.events(
+            decode=True, filters={"type": "container", "label": REPLAY_LABEL}
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _EXEC_PQID_TUI, sigint, *args],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.owner = f"{socket.gethostname()}:{self.proc.pid}"
-        self.readers = [threading.Thread(target=self._read_events, daemon=True),
-                        threading.Thread(target=self._read_stderr, daemon=True)]
+        self.readers = [
+            threading.Thread(target=self._read_events, daemon=True),
+            threading.Thread(target=self._read_stderr, daemon=True),
+        ]
         for reader in self.readers:
             reader.start()
 
@@ -279,8 +325,9 @@ class ReplayCli:
             pytest.fail(f"the replay did not exit within 60 s of its signal: {self.stderr}")
 
     def containers(self) -> list[dict[str, Any]]:
-        return list(self.client.api.containers(
-            all=True, filters={"label": f"{OWNER_LABEL}={self.owner}"}))
+        return list(
+            self.client.api.containers(all=True, filters={"label": f"{OWNER_LABEL}={self.owner}"})
+        )
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -304,21 +351,29 @@ STAGES: dict[str, tuple[list[str], list[tuple[str, str]]]] = {
     "creating the evaluator": ([SLEEPER], [("evaluator create", "")]),
     "starting the evaluator": ([SLEEPER], [("evaluator start", "")]),
     # The evaluator reports a result once the next snippet has run: two quick ones first.
-    "after the first result": ([GHZ_CODE.format(n=2), GHZ_CODE.format(n=3), SLEEPER],
-                               [("stderr", "[1/3] ghz_00: ok")]),
+    "after the first result": (
+        [GHZ_CODE.format(n=2), GHZ_CODE.format(n=3), SLEEPER],
+        [("stderr", "[1/3] ghz_00: ok")],
+    ),
     # Every response answered: the engine is removing the evaluator when the signal comes.
     "removing the evaluator": ([GHZ_CODE.format(n=2)], [("evaluator kill", "")]),
-    "twice, the second during the removal": ([SLEEPER], [("evaluator start", ""),
-                                                         ("evaluator kill", "")]),
+    "twice, the second during the removal": (
+        [SLEEPER],
+        [("evaluator start", ""), ("evaluator kill", "")],
+    ),
 }
 
 
 @pytest.mark.parametrize("stage", list(STAGES))
 def test_ctrl_c_at_each_stage_exits_and_leaves_no_container(
-        docker_client: Any, image: str, tmp_path: Path, stage: str) -> None:
+    docker_client: Any, image: str, tmp_path: Path, stage: str
+) -> None:
     codes, waits = STAGES[stage]
-    cli = ReplayCli(docker_client, tmp_path, [
-        {"prompt_id": f"ghz_{i:02d}", "generated_code": code} for i, code in enumerate(codes)])
+    cli = ReplayCli(
+        docker_client,
+        tmp_path,
+        [{"prompt_id": f"ghz_{i:02d}", "generated_code": code} for i, code in enumerate(codes)],
+    )
     try:
         for kind, text in waits:
             cli.wait_for(kind, text)
@@ -329,19 +384,23 @@ def test_ctrl_c_at_each_stage_exits_and_leaves_no_container(
         cli.close()
     assert status == 130, cli.stderr
     assert not any("Traceback" in line for line in cli.stderr), cli.stderr
-    said = [line for line in cli.stderr
-            if not line.startswith(("image ", "[")) and line.strip()]
+    said = [line for line in cli.stderr if not line.startswith(("image ", "[")) and line.strip()]
     assert len(said) == 1 and said[0].startswith("pqid-tui: interrupted"), cli.stderr
     assert left == [], f"left behind: {left}; stderr: {cli.stderr}"
     assert not (cli.output / "pqid_bench_canonical_evaluations.jsonl").exists()
 
 
-def test_sigterm_stops_a_replay_that_ignores_sigint(docker_client: Any, image: str,
-                                                    tmp_path: Path) -> None:
+def test_sigterm_stops_a_replay_that_ignores_sigint(
+    docker_client: Any, image: str, tmp_path: Path
+) -> None:
     """A background job of a shell script starts with SIGINT ignored, and keeps it so (the
     shell's wish); SIGTERM still stops it, and removes its container."""
-    cli = ReplayCli(docker_client, tmp_path, [{"prompt_id": "ghz_00", "generated_code": SLEEPER}],
-                    sigint="SIG_IGN")
+    cli = ReplayCli(
+        docker_client,
+        tmp_path,
+        [{"prompt_id": "ghz_00", "generated_code": SLEEPER}],
+        sigint="SIG_IGN",
+    )
     try:
         cli.wait_for("evaluator start")
         cli.send(signal.SIGTERM)
@@ -355,8 +414,11 @@ def test_sigterm_stops_a_replay_that_ignores_sigint(docker_client: Any, image: s
 
 
 def test_a_missing_image_needs_build_image(docker_client: Any) -> None:
-    other = DockerEvaluatorRunner(base_image=BASE_IMAGE, client=docker_client,
-                                  requirements=["qiskit==2.6.2", "not-built-here==0"])
+    other = DockerEvaluatorRunner(
+        base_image=BASE_IMAGE,
+        client=docker_client,
+        requirements=["qiskit==2.6.2", "not-built-here==0"],
+    )
     with pytest.raises(UsageError, match=r"pqid-evaluator:[0-9a-f]{16}.*pass --build-image"):
         other.ensure_image(build=False)
     absent = DockerEvaluatorRunner(base_image="pqid-no-such-base:0", client=docker_client)
@@ -370,11 +432,25 @@ def test_the_batch_replay_prints_progress_and_the_summary(image: str, tmp_path: 
     release = write_release(tmp_path / "release", count=6)
     responses = tmp_path / "responses.jsonl"
     responses.write_text(
-        json.dumps({"prompt_id": "ghz_00", "generated_code": GHZ_CODE.format(n=2)}) + "\n"
-        + json.dumps({"prompt_id": "ghz_01", "content": "no code here"}) + "\n")
-    args = ["--batch", "replay", "--release-dir", str(release), "--responses", str(responses),
-            "--output-dir", str(tmp_path / "out"), "--base-image", BASE_IMAGE,
-            "--build-image", "--acknowledge-code-execution"]
+        json.dumps({"prompt_id": "ghz_00", "generated_code": GHZ_CODE.format(n=2)})
+        + "\n"
+        + json.dumps({"prompt_id": "ghz_01", "content": "no code here"})
+        + "\n"
+    )
+    args = [
+        "--batch",
+        "replay",
+        "--release-dir",
+        str(release),
+        "--responses",
+        str(responses),
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--base-image",
+        BASE_IMAGE,
+        "--build-image",
+        "--acknowledge-code-execution",
+    ]
     if _wheelhouse():
         args += ["--wheelhouse", str(_wheelhouse())]
     result = cli(*args, timeout=600)
@@ -386,16 +462,23 @@ def test_the_batch_replay_prints_progress_and_the_summary(image: str, tmp_path: 
     assert summary["files"]["evaluations"].endswith("pqid_bench_canonical_evaluations.jsonl")
 
 
-def test_an_incomplete_wheelhouse_fails_the_build_clearly(docker_client: Any,
-                                                          tmp_path: Path) -> None:
+def test_an_incomplete_wheelhouse_fails_the_build_clearly(
+    docker_client: Any, tmp_path: Path
+) -> None:
     from engine.errors import ImageBuildError
 
     partial = tmp_path / "wheelhouse"
     partial.mkdir()
     (partial / "dill-0.4.1-py3-none-any.whl").write_bytes(b"not a wheel at all")
-    runner = DockerEvaluatorRunner(base_image=BASE_IMAGE, wheelhouse=partial,
-                                   client=docker_client, requirements=["no-such-package==1.0"])
-    expected = (re.escape(f"from {BASE_IMAGE} failed (a build step exited with status 1): ")
-                + r"ERROR: .*no-such-package")
+    runner = DockerEvaluatorRunner(
+        base_image=BASE_IMAGE,
+        wheelhouse=partial,
+        client=docker_client,
+        requirements=["no-such-package==1.0"],
+    )
+    expected = (
+        re.escape(f"from {BASE_IMAGE} failed (a build step exited with status 1): ")
+        + r"ERROR: .*no-such-package"
+    )
     with pytest.raises(ImageBuildError, match=expected):
         runner.ensure_image(build=True)

@@ -31,12 +31,16 @@ TRIED: dict[str, int] = {}
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner,
-                                                                max_size=4),
-    max_leaves=12)
-relaxed = settings(max_examples=EXAMPLES, deadline=None,
-                   suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                          HealthCheck.too_slow])
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+relaxed = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def tried(name: str) -> None:
@@ -66,9 +70,19 @@ def mutated_copy(base: Path) -> Path:
 
 
 @relaxed
-@given(manifest=json_values | st.fixed_dictionaries(
-    {"format": st.just("pqid-release/1"), "name": json_values, "version": json_values,
-     "prompts": json_values, "files": json_values, "evaluator": json_values}))
+@given(
+    manifest=json_values
+    | st.fixed_dictionaries(
+        {
+            "format": st.just("pqid-release/1"),
+            "name": json_values,
+            "version": json_values,
+            "prompts": json_values,
+            "files": json_values,
+            "evaluator": json_values,
+        }
+    )
+)
 def test_release_manifest(base_release: Path, manifest: Any) -> None:
     root = mutated_copy(base_release)
     (root / "release.json").write_text(json.dumps(manifest))
@@ -80,9 +94,18 @@ def test_release_manifest(base_release: Path, manifest: Any) -> None:
 
 
 @relaxed
-@given(line=json_values | st.fixed_dictionaries(
-    {"prompt_id": json_values, "split": json_values, "messages": json_values,
-     "target_metadata": json_values}) | st.binary(max_size=60).map(lambda b: b.decode("latin-1")))
+@given(
+    line=json_values
+    | st.fixed_dictionaries(
+        {
+            "prompt_id": json_values,
+            "split": json_values,
+            "messages": json_values,
+            "target_metadata": json_values,
+        }
+    )
+    | st.binary(max_size=60).map(lambda b: b.decode("latin-1"))
+)
 def test_prompt_lines(tmp_path_factory: pytest.TempPathFactory, line: Any) -> None:
     root = tmp_path_factory.mktemp("r")
     good = [json.dumps(prompt_line("a", 2)), json.dumps(prompt_line("b", 3))]
@@ -100,12 +123,13 @@ def test_prompt_lines(tmp_path_factory: pytest.TempPathFactory, line: Any) -> No
 
 
 @relaxed
-@given(status=st.sampled_from([200, 201, 400, 401, 404, 429, 500, 503, 529]),
-       body=st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()),
-       adapter=st.sampled_from(sorted(ADAPTERS)),
-       retry_after=st.none() | st.text(max_size=30))
-def test_provider_bodies(status: int, body: bytes, adapter: str, retry_after: str | None
-                         ) -> None:
+@given(
+    status=st.sampled_from([200, 201, 400, 401, 404, 429, 500, 503, 529]),
+    body=st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()),
+    adapter=st.sampled_from(sorted(ADAPTERS)),
+    retry_after=st.none() | st.text(max_size=30),
+)
+def test_provider_bodies(status: int, body: bytes, adapter: str, retry_after: str | None) -> None:
     headers = {"content-type": "application/json"}
     if retry_after is not None:
         headers["retry-after"] = retry_after
@@ -120,8 +144,13 @@ def test_provider_bodies(status: int, body: bytes, adapter: str, retry_after: st
 
 @relaxed
 @given(record=json_values, attempts_line=json_values, responses_line=json_values)
-def test_run_records(tmp_path_factory: pytest.TempPathFactory, base_release: Path,
-                     record: Any, attempts_line: Any, responses_line: Any) -> None:
+def test_run_records(
+    tmp_path_factory: pytest.TempPathFactory,
+    base_release: Path,
+    record: Any,
+    attempts_line: Any,
+    responses_line: Any,
+) -> None:
     out = tmp_path_factory.mktemp("run")
     cfg = dict(release_dir=base_release, output_dir=out, provider="oracle", model="r")
     run_live_model(make_config(**cfg))
@@ -151,9 +180,18 @@ def test_escape_controls(text: str) -> None:
 
 
 @relaxed
-@given(text=st.text(max_size=400) | st.sampled_from([
-    "```python\nimport qiskit\n", "~~~\nx = 1\n~~~", "```\n```", "```py\n" * 50,
-    "Here:\n```python\nqc = 1\n```\nand\n```python\nqc = 2\n```"]))
+@given(
+    text=st.text(max_size=400)
+    | st.sampled_from(
+        [
+            "```python\nimport qiskit\n",
+            "~~~\nx = 1\n~~~",
+            "```\n```",
+            "```py\n" * 50,
+            "Here:\n```python\nqc = 1\n```\nand\n```python\nqc = 2\n```",
+        ]
+    )
+)
 def test_code_extraction(text: str) -> None:
     from evaluator.extract import extract_code
 
@@ -165,18 +203,41 @@ def test_code_extraction(text: str) -> None:
 def test_batch_mode_exit_code_two_for_corrupt_record(tmp_path: Path) -> None:
     release = write_release(tmp_path / "release", count=2)
     out = tmp_path / "run"
-    assert cli("--batch", "run-model", "--release-dir", str(release), "--output-dir", str(out),
-               "--provider", "oracle", "--quiet").returncode == 0
+    assert (
+        cli(
+            "--batch",
+            "run-model",
+            "--release-dir",
+            str(release),
+            "--output-dir",
+            str(out),
+            "--provider",
+            "oracle",
+            "--quiet",
+        ).returncode
+        == 0
+    )
     (out / "records" / "ghz_00.json").write_text("{half")
     before = tree_bytes(out)
-    result = cli("--batch", "run-model", "--release-dir", str(release), "--output-dir",
-                 str(out), "--provider", "oracle", "--resume")
+    result = cli(
+        "--batch",
+        "run-model",
+        "--release-dir",
+        str(release),
+        "--output-dir",
+        str(out),
+        "--provider",
+        "oracle",
+        "--resume",
+    )
     assert result.returncode == 2 and "corrupt record" in result.stderr
     assert "Traceback" not in result.stderr and tree_bytes(out) == before
 
 
 def test_zz_report_figure() -> None:
     total = sum(TRIED.values())
-    print(f"bad input: {total} examples tried ({', '.join(f'{k} {v}' for k, v in TRIED.items())})"
-          ", 0 tracebacks")
+    print(
+        f"bad input: {total} examples tried ({', '.join(f'{k} {v}' for k, v in TRIED.items())})"
+        ", 0 tracebacks"
+    )
     assert total > 0

@@ -28,15 +28,29 @@ from tests.fakes.faults import FaultScript, FaultServer
 
 KEY = "sk-test-batch-0123456789abcdefXYZ"
 ENV = {"OPENAI_API_KEY": KEY}
-ARTIFACTS = ("run-manifest.json", "requests.jsonl", "responses.jsonl",
-             "provider-attempts.jsonl", "records", "raw", "run-summary.json")
+ARTIFACTS = (
+    "run-manifest.json",
+    "requests.jsonl",
+    "responses.jsonl",
+    "provider-attempts.jsonl",
+    "records",
+    "raw",
+    "run-summary.json",
+)
 
 
 def config(release_dir: Path, out: Path, base_url: str, **kw: Any) -> Any:
-    base: dict[str, Any] = dict(release_dir=release_dir, output_dir=out, provider="openai",
-                                model="gpt-test", base_url=base_url,
-                                acknowledge_prompt_export=True, batch_api=True,
-                                batch_poll_seconds=0.02, retry_backoff_seconds=0.0)
+    base: dict[str, Any] = dict(
+        release_dir=release_dir,
+        output_dir=out,
+        provider="openai",
+        model="gpt-test",
+        base_url=base_url,
+        acknowledge_prompt_export=True,
+        batch_api=True,
+        batch_poll_seconds=0.02,
+        retry_backoff_seconds=0.0,
+    )
     base.update(kw)
     return make_config(**base)
 
@@ -81,8 +95,10 @@ def test_batch_run_materialises_the_live_artifacts(release_dir: Path, tmp_path: 
     assert st["prompt_ids"] == [f"ghz_{i:02d}" for i in range(6)]
     assert summary["batch"]["request_counts"] == {"total": 6, "completed": 6, "failed": 0}
     # The input file carries the exact persisted request bodies, one line per prompt.
-    requests = {json.loads(x)["prompt_id"]: json.loads(x)
-                for x in (out / "requests.jsonl").read_text().splitlines()}
+    requests = {
+        json.loads(x)["prompt_id"]: json.loads(x)
+        for x in (out / "requests.jsonl").read_text().splitlines()
+    }
     lines = [json.loads(x) for x in (out / "batch-input.jsonl").read_text().splitlines()]
     assert [x["custom_id"] for x in lines] == list(requests)
     for line in lines:
@@ -115,17 +131,41 @@ def test_batch_run_materialises_the_live_artifacts(release_dir: Path, tmp_path: 
         assert b_rec is not None and l_rec is not None
         assert set(b_rec) == set(l_rec) and b_rec["state"] == "success"
     assert set(json.loads((live / "run-summary.json").read_text())) | {"batch"} == set(
-        json.loads((out / "run-summary.json").read_text()))
+        json.loads((out / "run-summary.json").read_text())
+    )
 
 
 def start_cli(release: Path, out: Path, base_url: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "pqid_tui", "--batch", "run-model", "--release-dir",
-         str(release), "--output-dir", str(out), "--provider", "openai", "--base-url",
-         base_url, "--model", "gpt-test", "--acknowledge-third-party-prompt-export",
-         "--batch-api", "--batch-poll-seconds", "0.1", "--quiet", *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, **ENV})
+        [
+            sys.executable,
+            "-m",
+            "pqid_tui",
+            "--batch",
+            "run-model",
+            "--release-dir",
+            str(release),
+            "--output-dir",
+            str(out),
+            "--provider",
+            "openai",
+            "--base-url",
+            base_url,
+            "--model",
+            "gpt-test",
+            "--acknowledge-third-party-prompt-export",
+            "--batch-api",
+            "--batch-poll-seconds",
+            "0.1",
+            "--quiet",
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **ENV},
+    )
 
 
 def wait_for(condition: Any, timeout: float = 30.0) -> None:
@@ -137,7 +177,8 @@ def wait_for(condition: Any, timeout: float = 30.0) -> None:
 
 
 def test_sigkill_between_upload_and_completion_creates_no_second_batch(
-        release_dir: Path, tmp_path: Path) -> None:
+    release_dir: Path, tmp_path: Path
+) -> None:
     """The proof of issue 5: a real process killed mid-batch, resumed, one batch in all."""
     out = tmp_path / "run"
     with server_for(release_dir) as server:
@@ -201,19 +242,22 @@ class DieAfterCreate(httpx.AsyncBaseTransport):
 
 
 def test_killed_after_create_before_saving_the_id_adopts_the_batch(
-        release_dir: Path, tmp_path: Path) -> None:
+    release_dir: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "run"
     with server_for(release_dir) as server:
         with pytest.raises(Killed):
-            run_batch_api(config(release_dir, out, server.base_url),
-                          transport=DieAfterCreate(), env=ENV)
+            run_batch_api(
+                config(release_dir, out, server.base_url), transport=DieAfterCreate(), env=ENV
+            )
         st = state(out)
         # The state knows the token, not the batch; the server holds a batch with that token.
         assert st["phase"] == "creating" and st["token"] and st["batch_id"] is None
         (held,) = server.batches.values()
         assert held["metadata"] == {"pqid_run_token": st["token"]}
-        summary = run_batch_api(config(release_dir, out, server.base_url, resume=True),
-                                env=ENV).to_dict()
+        summary = run_batch_api(
+            config(release_dir, out, server.base_url, resume=True), env=ENV
+        ).to_dict()
         assert server.create_posts == 1 and server.created == 1 and server.uploads == 1
     assert summary["success"] == 6 and summary["batch"]["adopted"] is True
     assert summary["batch"]["batch_id"] == held["id"]
@@ -221,7 +265,8 @@ def test_killed_after_create_before_saving_the_id_adopts_the_batch(
 
 @pytest.mark.parametrize("fault, posts", [("500-created", 1), ("500", 2)])
 def test_a_create_whose_answer_is_lost_is_settled_by_the_token(
-        release_dir: Path, tmp_path: Path, fault: str, posts: int) -> None:
+    release_dir: Path, tmp_path: Path, fault: str, posts: int
+) -> None:
     """A 500 may or may not have created the batch: list first, create only when absent."""
     out = tmp_path / "run"
     with server_for(release_dir, create_faults=[fault]) as server:
@@ -239,14 +284,16 @@ def test_uploaded_but_not_created_reuses_the_file(release_dir: Path, tmp_path: P
         assert isinstance(exc.value, UsageError) and exc.value.status == 400
         st = state(out)
         assert st["phase"] == "creating" and st["input_file_id"] and server.created == 0
-        summary = run_batch_api(config(release_dir, out, server.base_url, resume=True),
-                                env=ENV).to_dict()
+        summary = run_batch_api(
+            config(release_dir, out, server.base_url, resume=True), env=ENV
+        ).to_dict()
         assert server.uploads == 1 and server.created == 1
     assert summary["success"] == 6 and summary["batch"]["input_file_id"] == st["input_file_id"]
 
 
 def test_line_errors_are_terminal_and_retry_errors_sends_only_them(
-        release_dir: Path, tmp_path: Path) -> None:
+    release_dir: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "run"
     faulty = {"ghz_01": "400", "ghz_02": "error", "ghz_03": "missing", "ghz_04": "500"}
     with server_for(release_dir, line_errors=dict(faulty)) as server:
@@ -254,8 +301,10 @@ def test_line_errors_are_terminal_and_retry_errors_sends_only_them(
         assert first["success"] == 2 and first["error"] == 4 and first["complete"]
         errors = first["errors"]
         assert errors["ghz_01"] == ("bad_request: HTTP 400: Unsupported value: injected 400")
-        assert errors["ghz_02"] == "batch_error: batch request error batch_failed_line: " \
-                                   "injected line error"
+        assert (
+            errors["ghz_02"] == "batch_error: batch request error batch_failed_line: "
+            "injected line error"
+        )
         assert errors["ghz_03"].startswith("batch_missing: missing from batch output (batch ")
         assert errors["ghz_04"].startswith("server_error: HTTP 500")
         history = by_prompt(RunDir(out).read_attempts())
@@ -267,19 +316,22 @@ def test_line_errors_are_terminal_and_retry_errors_sends_only_them(
         assert history["ghz_03"][0]["raw"] is None
 
         # A plain resume behaves like a live one: nothing to send, no batch.
-        again = run_batch_api(config(release_dir, out, server.base_url, resume=True),
-                              env=ENV).to_dict()
+        again = run_batch_api(
+            config(release_dir, out, server.base_url, resume=True), env=ENV
+        ).to_dict()
         assert again["error"] == 4 and server.created == 1 and server.uploads == 1
 
         server.script.line_errors.clear()
-        last = run_batch_api(config(release_dir, out, server.base_url, resume=True,
-                                    retry_errors=True), env=ENV).to_dict()
+        last = run_batch_api(
+            config(release_dir, out, server.base_url, resume=True, retry_errors=True), env=ENV
+        ).to_dict()
         assert server.created == 2
         first_id, second_id = list(server.batch_prompts)
         assert server.batch_prompts[second_id] == sorted(faulty)
         # No prompt went into two batches except the ones that failed in the first.
-        assert set(server.batch_prompts[first_id]) & set(server.batch_prompts[second_id]) \
-            == set(faulty)
+        assert set(server.batch_prompts[first_id]) & set(server.batch_prompts[second_id]) == set(
+            faulty
+        )
     assert last["success"] == 6 and last["error"] == 0
     assert last["batch"]["batch_id"] == second_id
     assert [p["batch_id"] for p in last["batch"]["previous"]] == [first_id]
@@ -289,29 +341,35 @@ def test_line_errors_are_terminal_and_retry_errors_sends_only_them(
     history = by_prompt(RunDir(out).read_attempts())
     for pid in faulty:
         assert [(a["attempt"], a["decision"]) for a in history[pid]] == [
-            (1, "terminal"), (2, "success")]
+            (1, "terminal"),
+            (2, "success"),
+        ]
     ids = [r["prompt_id"] for r in RunDir(out).read_responses()]
     assert sorted(ids) == sorted(set(ids)) and len(ids) == 6
 
 
 @pytest.mark.parametrize("final", ["failed", "expired"])
-def test_a_batch_that_ends_badly_leaves_terminal_errors(release_dir: Path, tmp_path: Path,
-                                                       final: str) -> None:
+def test_a_batch_that_ends_badly_leaves_terminal_errors(
+    release_dir: Path, tmp_path: Path, final: str
+) -> None:
     out = tmp_path / "run"
     with server_for(release_dir, final_status=final) as server:
         summary = run_batch_api(config(release_dir, out, server.base_url), env=ENV).to_dict()
     assert summary["batch"]["status"] == final and summary["complete"]
     if final == "failed":
         assert summary["error"] == 6
-        assert all("missing from batch output" in e and "the input file is not valid" in e
-                   for e in summary["errors"].values())
+        assert all(
+            "missing from batch output" in e and "the input file is not valid" in e
+            for e in summary["errors"].values()
+        )
     else:
         assert summary["success"] == 3 and summary["error"] == 3
         assert all("batch_expired" in e for e in summary["errors"].values())
 
 
 def test_stop_while_polling_then_resume_with_a_stray_uncertain_prompt(
-        release_dir: Path, tmp_path: Path) -> None:
+    release_dir: Path, tmp_path: Path
+) -> None:
     """Stopped mid-batch: its prompts are pending in it, not uncertain. A prompt in flight
     outside the batch still needs --retry-uncertain, and rides the next batch."""
     out = tmp_path / "run"
@@ -326,63 +384,76 @@ def test_stop_while_polling_then_resume_with_a_stray_uncertain_prompt(
 
     with server_for(release_dir) as server:
         server.hold = True
-        summary = asyncio.run(run_batch_api_async(
-            config(release_dir, out, server.base_url, max_new=4), control=control,
-            progress=progress, env=ENV)).to_dict()
+        summary = asyncio.run(
+            run_batch_api_async(
+                config(release_dir, out, server.base_url, max_new=4),
+                control=control,
+                progress=progress,
+                env=ENV,
+            )
+        ).to_dict()
         assert summary["stopped"] and summary["uncertain"] == 0 and summary["pending"] == 6
         assert summary["batch"]["pending_in_batch"] == 4
         assert summary["batch"]["phase"] == "created" and polled
         # A live attempt of ghz_05 died in flight in the same directory.
-        RunDir(out).write_record({"prompt_id": "ghz_05", "state": "in_flight", "attempt": 1,
-                                  "attempts": 1})
+        RunDir(out).write_record(
+            {"prompt_id": "ghz_05", "state": "in_flight", "attempt": 1, "attempts": 1}
+        )
         server.hold = False
         with pytest.raises(ResumeRefused, match=r"in flight .*--retry-uncertain"):
             run_batch_api(config(release_dir, out, server.base_url, resume=True), env=ENV)
-        summary = run_batch_api(config(release_dir, out, server.base_url, resume=True,
-                                       retry_uncertain=True), env=ENV).to_dict()
+        summary = run_batch_api(
+            config(release_dir, out, server.base_url, resume=True, retry_uncertain=True), env=ENV
+        ).to_dict()
         first_id, second_id = list(server.batch_prompts)
         assert server.batch_prompts[first_id] == ["ghz_00", "ghz_01", "ghz_02", "ghz_03"]
         assert server.batch_prompts[second_id] == ["ghz_04", "ghz_05"]
     assert summary["success"] == 6 and summary["uncertain"] == 0
     history = by_prompt(RunDir(out).read_attempts())
     assert [(a["attempt"], a["decision"]) for a in history["ghz_05"]] == [
-        (1, "uncertain"), (2, "success")]
+        (1, "uncertain"),
+        (2, "success"),
+    ]
 
 
 def test_refusals_and_endpoint_errors(release_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--batch-api needs --provider openai"):
-        run_batch_api(config(release_dir, tmp_path / "a", "http://127.0.0.1:9/v1",
-                             provider="groq"), env=ENV)
+        run_batch_api(
+            config(release_dir, tmp_path / "a", "http://127.0.0.1:9/v1", provider="groq"), env=ENV
+        )
     with pytest.raises(ConfigError, match="--sleep-seconds"):
-        run_batch_api(config(release_dir, tmp_path / "b", "http://127.0.0.1:9/v1",
-                             sleep_seconds=1.0), env=ENV)
+        run_batch_api(
+            config(release_dir, tmp_path / "b", "http://127.0.0.1:9/v1", sleep_seconds=1.0), env=ENV
+        )
     wrong = "sk-wrong-key-0123456789abcdefghij"
     out = tmp_path / "c"
     with server_for(release_dir) as server:
         with pytest.raises(BatchApiError, match=r"HTTP 401.*check the key") as exc:
-            run_batch_api(config(release_dir, out, server.base_url),
-                          env={"OPENAI_API_KEY": wrong})
+            run_batch_api(config(release_dir, out, server.base_url), env={"OPENAI_API_KEY": wrong})
         assert exc.value.status == 401 and wrong not in str(exc.value)
         no_key_anywhere(out, wrong)
 
     # Transient poll failures are retried; too many of them stop the run, resumably.
     out = tmp_path / "d"
     with server_for(release_dir, poll_faults=[503, 502]) as server:
-        summary = run_batch_api(config(release_dir, out, server.base_url, max_retries=2),
-                                env=ENV).to_dict()
+        summary = run_batch_api(
+            config(release_dir, out, server.base_url, max_retries=2), env=ENV
+        ).to_dict()
         assert summary["success"] == 6
     out = tmp_path / "e"
     with server_for(release_dir, poll_faults=[503] * 3) as server:
         with pytest.raises(BatchApiError, match=r"polling batch .*3 tries.*--resume"):
             run_batch_api(config(release_dir, out, server.base_url, max_retries=2), env=ENV)
         assert state(out)["phase"] == "created"
-        summary = run_batch_api(config(release_dir, out, server.base_url, resume=True),
-                                env=ENV).to_dict()
+        summary = run_batch_api(
+            config(release_dir, out, server.base_url, resume=True), env=ENV
+        ).to_dict()
         assert summary["success"] == 6 and server.created == 1
 
 
 def test_killed_while_materialising_resumes_without_a_second_batch(
-        release_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Killed after ghz_02's response and attempt line landed, before its record did."""
     out = tmp_path / "run"
     real_write = RunDir.write_record
@@ -400,23 +471,23 @@ def test_killed_while_materialising_resumes_without_a_second_batch(
         assert state(out)["phase"] == "downloaded"
         assert len(RunDir(out).read_responses()) == 3
         downloads = sum(1 for s in server.seen if s.path.endswith("/content"))
-        summary = run_batch_api(config(release_dir, out, server.base_url, resume=True),
-                                env=ENV).to_dict()
+        summary = run_batch_api(
+            config(release_dir, out, server.base_url, resume=True), env=ENV
+        ).to_dict()
         assert server.created == 1
         assert sum(1 for s in server.seen if s.path.endswith("/content")) == downloads
     assert summary["success"] == 6 and summary["batch"]["phase"] == "materialised"
     rd = RunDir(out)
-    assert sorted(r["prompt_id"] for r in rd.read_responses()) == [f"ghz_{i:02d}"
-                                                                    for i in range(6)]
+    assert sorted(r["prompt_id"] for r in rd.read_responses()) == [f"ghz_{i:02d}" for i in range(6)]
     assert [a["prompt_id"] for a in rd.read_attempts()].count("ghz_02") == 1
 
 
-def test_recast_draws_a_second_batch_into_its_own_run(release_dir: Path,
-                                                       tmp_path: Path) -> None:
+def test_recast_draws_a_second_batch_into_its_own_run(release_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     with server_for(release_dir) as server:
-        summary = run_batch_api(config(release_dir, out, server.base_url, recast=True),
-                                env=ENV).to_dict()
+        summary = run_batch_api(
+            config(release_dir, out, server.base_url, recast=True), env=ENV
+        ).to_dict()
         assert server.created == 2
     assert summary["success"] == 6 and summary["recast"]["success"] == 6
     assert summary["stability"]["compared"] == 6 and summary["stability"]["changed"] == 0

@@ -23,12 +23,19 @@ ALL_IDS = [f"ghz_{i:02d}" for i in range(6)]
 
 
 def frozen_release(root: Path, **kwargs: Any) -> Path:
-    return write_release(root, count=6, frozen={
-        "oracle": [make_eval(pid) for pid in ALL_IDS],
-        "half": [make_eval(pid, "ok" if i % 2 else "gate_count_mismatch")
-                 for i, pid in enumerate(ALL_IDS)],
-        "empty": [make_eval(pid, "no_code") for pid in ALL_IDS],
-    }, **kwargs)
+    return write_release(
+        root,
+        count=6,
+        frozen={
+            "oracle": [make_eval(pid) for pid in ALL_IDS],
+            "half": [
+                make_eval(pid, "ok" if i % 2 else "gate_count_mismatch")
+                for i, pid in enumerate(ALL_IDS)
+            ],
+            "empty": [make_eval(pid, "no_code") for pid in ALL_IDS],
+        },
+        **kwargs,
+    )
 
 
 @pytest.fixture
@@ -42,16 +49,18 @@ def write_evals(path: Path, evaluations: list[dict[str, Any]]) -> Path:
 
 
 def candidate(tmp_path: Path, categories: dict[str, str], **fields: Any) -> Path:
-    return write_evals(tmp_path / "cand.jsonl",
-                       [make_eval(pid, cat, **fields) for pid, cat in categories.items()])
+    return write_evals(
+        tmp_path / "cand.jsonl", [make_eval(pid, cat, **fields) for pid, cat in categories.items()]
+    )
 
 
 def row(data: dict[str, Any], label: str) -> dict[str, Any]:
     return next(r for r in data["rows"] if r["label"] == label)
 
 
-def test_complete_test_split_is_compared_on_the_full_panel(release: Release,
-                                                           tmp_path: Path) -> None:
+def test_complete_test_split_is_compared_on_the_full_panel(
+    release: Release, tmp_path: Path
+) -> None:
     cats = {"ghz_01": "ok", "ghz_02": "ok", "ghz_04": "execution_error", "ghz_05": "no_code"}
     c = compare(release, candidate(tmp_path, cats))
     d = c.data
@@ -59,10 +68,16 @@ def test_complete_test_split_is_compared_on_the_full_panel(release: Release,
     assert d["selection"]["complete"] and not d["selection"]["restricted_to_candidate"]
     assert d["prompt_ids"] == TEST_IDS
     assert d["candidate"]["summary"]["rates"]["structural_match"]["over_selected"] == {
-        "count": 2, "denominator": 4, "rate": 0.5}
+        "count": 2,
+        "denominator": 4,
+        "rate": 0.5,
+    }
     oracle = row(d, "oracle")
     assert oracle["summary"]["rates"]["structural_match"]["over_selected"] == {
-        "count": 4, "denominator": 4, "rate": 1.0}
+        "count": 4,
+        "denominator": 4,
+        "rate": 1.0,
+    }
     s = oracle["paired"]["structural_match"]
     assert (s["candidate_only"], s["row_only"], s["both"]) == (0, 2, 2)
     assert s["row_only_ids"] == ["ghz_04", "ghz_05"]
@@ -76,17 +91,18 @@ def test_complete_test_split_is_compared_on_the_full_panel(release: Release,
     assert d["release"]["digest"] == release.digest and d["release"]["modified"] is False
 
 
-def test_partial_candidate_is_refused_without_allow_partial(release: Release,
-                                                            tmp_path: Path) -> None:
+def test_partial_candidate_is_refused_without_allow_partial(
+    release: Release, tmp_path: Path
+) -> None:
     path = candidate(tmp_path, {"ghz_01": "ok", "ghz_04": "ok"})
     with pytest.raises(CompareRefused, match=r"partial \(test 2/4 prompts\).*--allow-partial"):
         compare(release, path)
 
 
-def test_partial_candidate_restricts_every_row_to_its_prompts(release: Release,
-                                                              tmp_path: Path) -> None:
-    c = compare(release, candidate(tmp_path, {"ghz_01": "ok", "ghz_04": "ok"}),
-                allow_partial=True)
+def test_partial_candidate_restricts_every_row_to_its_prompts(
+    release: Release, tmp_path: Path
+) -> None:
+    c = compare(release, candidate(tmp_path, {"ghz_01": "ok", "ghz_04": "ok"}), allow_partial=True)
     d = c.data
     assert not c.publishable and "partial candidate" in d["not_publishable_reasons"]
     assert d["selection"]["restricted_to_candidate"]
@@ -98,8 +114,9 @@ def test_partial_candidate_restricts_every_row_to_its_prompts(release: Release,
     assert "PARTIAL" in text and "restricted to the candidate's 2 prompt IDs" in text
 
 
-def test_non_test_split_is_not_publishable_but_a_split_filter_is(release: Release,
-                                                                 tmp_path: Path) -> None:
+def test_non_test_split_is_not_publishable_but_a_split_filter_is(
+    release: Release, tmp_path: Path
+) -> None:
     path = candidate(tmp_path, dict.fromkeys(ALL_IDS, "ok"))
     whole = compare(release, path)
     assert whole.data["selection"]["complete"]
@@ -110,25 +127,35 @@ def test_non_test_split_is_not_publishable_but_a_split_filter_is(release: Releas
         compare(release, path, split="train")
 
 
-def test_infrastructure_failures_are_kept_apart_and_gate_publishing(release: Release,
-                                                                    tmp_path: Path) -> None:
+def test_infrastructure_failures_are_kept_apart_and_gate_publishing(
+    release: Release, tmp_path: Path
+) -> None:
     cats = {"ghz_01": "ok", "ghz_02": "ok", "ghz_04": "ok", "ghz_05": "no_response"}
     c = compare(release, candidate(tmp_path, cats))
     rates = c.data["candidate"]["summary"]["rates"]["structural_match"]
     assert rates["over_selected"] == {"count": 3, "denominator": 4, "rate": 0.75}
     assert rates["over_answered"] == {"count": 3, "denominator": 3, "rate": 1.0}
     assert not c.publishable
-    assert any("infrastructure failures 1/4 exceed the threshold of 2%" in r
-               for r in c.data["not_publishable_reasons"])
+    assert any(
+        "infrastructure failures 1/4 exceed the threshold of 2%" in r
+        for r in c.data["not_publishable_reasons"]
+    )
     assert compare(release, candidate(tmp_path, cats), infra_threshold=0.25).publishable
 
 
 def test_manifest_selection_counts_missing_prompts(release: Release, tmp_path: Path) -> None:
     path = candidate(tmp_path, {"ghz_01": "ok", "ghz_02": "ok", "ghz_04": "ok"})
     manifest = tmp_path / "run-manifest.json"
-    manifest.write_text(json.dumps({"selected_prompt_ids": TEST_IDS, "model": "m",
-                                    "route": {"provider": "groq"},
-                                    "release": {"digest": release.digest}}))
+    manifest.write_text(
+        json.dumps(
+            {
+                "selected_prompt_ids": TEST_IDS,
+                "model": "m",
+                "route": {"provider": "groq"},
+                "release": {"digest": release.digest},
+            }
+        )
+    )
     c = compare(release, path, candidate_manifest=manifest, infra_threshold=0.5)
     d = c.data
     assert d["selection"]["complete"] and d["selection"]["source"] == "run manifest"
@@ -141,20 +168,25 @@ def test_manifest_selection_counts_missing_prompts(release: Release, tmp_path: P
 def test_manifest_mismatches_are_refused(release: Release, tmp_path: Path) -> None:
     path = candidate(tmp_path, {"ghz_01": "ok", "ghz_02": "ok"})
     manifest = tmp_path / "run-manifest.json"
-    manifest.write_text(json.dumps({"selected_prompt_ids": ["ghz_01"],
-                                    "release": {"digest": release.digest}}))
+    manifest.write_text(
+        json.dumps({"selected_prompt_ids": ["ghz_01"], "release": {"digest": release.digest}})
+    )
     with pytest.raises(InputError, match=r"evaluates prompts the run did not select \(ghz_02"):
         compare(release, path, candidate_manifest=manifest)
-    manifest.write_text(json.dumps({"selected_prompt_ids": TEST_IDS,
-                                    "release": {"digest": "0" * 64}}))
+    manifest.write_text(
+        json.dumps({"selected_prompt_ids": TEST_IDS, "release": {"digest": "0" * 64}})
+    )
     with pytest.raises(CompareRefused, match="ran on another release"):
         compare(release, path, candidate_manifest=manifest)
 
 
 def test_environment_mismatch_is_refused_or_marked(release: Release, tmp_path: Path) -> None:
     path = candidate(tmp_path, dict.fromkeys(TEST_IDS, "ok"), qiskit="2.6.1")
-    with pytest.raises(CompareRefused, match=r"frozen row oracle was scored with evaluator "
-                                             r"0\.1\.0, qiskit 2\.6\.2.*--allow-environment"):
+    with pytest.raises(
+        CompareRefused,
+        match=r"frozen row oracle was scored with evaluator "
+        r"0\.1\.0, qiskit 2\.6\.2.*--allow-environment",
+    ):
         compare(release, path)
     c = compare(release, path, allow_environment_mismatch=True)
     assert not c.publishable
@@ -181,11 +213,14 @@ def test_release_without_a_frozen_matrix_is_refused(tmp_path: Path) -> None:
 
 
 def test_frozen_row_lacking_selected_prompts_is_not_publishable(tmp_path: Path) -> None:
-    root = write_release(tmp_path / "r", count=6, frozen={
-        "oracle": [make_eval(pid) for pid in TEST_IDS[:3]]})
+    root = write_release(
+        tmp_path / "r", count=6, frozen={"oracle": [make_eval(pid) for pid in TEST_IDS[:3]]}
+    )
     c = compare(load_release(root), candidate(tmp_path, dict.fromkeys(TEST_IDS, "ok")))
-    assert "frozen row oracle has no evaluation for 1 selected prompts" in \
-        c.data["not_publishable_reasons"]
+    assert (
+        "frozen row oracle has no evaluation for 1 selected prompts"
+        in c.data["not_publishable_reasons"]
+    )
     assert row(c.data, "oracle")["summary"]["categories"]["missing"] == 1
 
 
@@ -200,8 +235,11 @@ def test_every_format_is_stamped_with_the_release(release: Release, tmp_path: Pa
     assert data["release"]["digest"] == release.digest and data["publishable"] is True
     rows = list(csv.DictReader(io.StringIO(c.render("csv"))))
     assert {r["release_digest"] for r in rows} == {release.digest}
-    oracle = [r for r in rows if r["row"] == "oracle" and r["metric"] == "structural_match"
-              and r["scope"] == "selected"]
+    oracle = [
+        r
+        for r in rows
+        if r["row"] == "oracle" and r["metric"] == "structural_match" and r["scope"] == "selected"
+    ]
     assert oracle[0]["count"] == "4" and oracle[0]["denominator"] == "4"
     assert oracle[0]["candidate_only"] == "0" and oracle[0]["row_only"] == "0"
     with pytest.raises(ValueError, match="unknown format"):
@@ -215,13 +253,33 @@ def test_batch_compare_exit_codes_and_output_file(tmp_path: Path) -> None:
     assert refused.returncode == 2
     assert refused.stderr.startswith("pqid-tui: error: the candidate is partial")
     out = tmp_path / "table.md"
-    done = cli("--batch", "compare", "--release-dir", str(root), "--evaluations", str(partial),
-               "--allow-partial", "--format", "markdown", "--output", str(out))
+    done = cli(
+        "--batch",
+        "compare",
+        "--release-dir",
+        str(root),
+        "--evaluations",
+        str(partial),
+        "--allow-partial",
+        "--format",
+        "markdown",
+        "--output",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     assert "publishable: no" in done.stderr and done.stdout == ""
     assert out.read_text().startswith("# Comparison with the frozen matrix")
-    as_json = cli("--batch", "compare", "--release-dir", str(root), "--evaluations",
-                  str(partial), "--allow-partial", "--format", "json")
+    as_json = cli(
+        "--batch",
+        "compare",
+        "--release-dir",
+        str(root),
+        "--evaluations",
+        str(partial),
+        "--allow-partial",
+        "--format",
+        "json",
+    )
     assert json.loads(as_json.stdout)["selection"]["selected"] == 1
 
 

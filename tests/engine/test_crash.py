@@ -26,11 +26,36 @@ from tests.helpers import write_release
 
 def start_run(release: Path, out: Path, base_url: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "pqid_tui", "--batch", "run-model", "--release-dir",
-         str(release), "--output-dir", str(out), "--provider", "local", "--base-url", base_url,
-         "--model", "m", "--no-auth", "--acknowledge-third-party-prompt-export",
-         "--concurrency", "3", "--retry-backoff-seconds", "0.05", "--quiet", *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pqid_tui",
+            "--batch",
+            "run-model",
+            "--release-dir",
+            str(release),
+            "--output-dir",
+            str(out),
+            "--provider",
+            "local",
+            "--base-url",
+            base_url,
+            "--model",
+            "m",
+            "--no-auth",
+            "--acknowledge-third-party-prompt-export",
+            "--concurrency",
+            "3",
+            "--retry-backoff-seconds",
+            "0.05",
+            "--quiet",
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def crash_campaign(tmp_path: Path, prompts: int, rounds: int, seed: int) -> str:
@@ -108,10 +133,12 @@ def crash_campaign(tmp_path: Path, prompts: int, rounds: int, seed: int) -> str:
         assert len(history) >= len(served), p.prompt_id
         assert sorted(a["attempt"] for a in history) == list(range(1, len(history) + 1))
     uncertain_resent = sum(1 for a in attempts if a["decision"] == "uncertain")
-    figure = (f"crash: {kills} SIGKILLs over {rounds} rounds of a {prompts}-prompt run, "
-              f"{refused_while_uncertain} plain resumes refused while uncertain, "
-              f"{uncertain_resent} uncertain attempts kept in the history, {len(seen)} requests "
-              "served, 0 corrupt artifacts, 0 duplicate responses, 0 recorded successes resent")
+    figure = (
+        f"crash: {kills} SIGKILLs over {rounds} rounds of a {prompts}-prompt run, "
+        f"{refused_while_uncertain} plain resumes refused while uncertain, "
+        f"{uncertain_resent} uncertain attempts kept in the history, {len(seen)} requests "
+        "served, 0 corrupt artifacts, 0 duplicate responses, 0 recorded successes resent"
+    )
     print(figure)
     return figure
 

@@ -89,8 +89,9 @@ def _scan(paths: list[Path], *texts: str) -> list[str]:
 
 @pytest.mark.keyring
 @pytest.mark.parametrize("source", ["keyring", "env", "key-file"])
-def test_canary_key_never_leaves_memory(real_keyring: dict[str, str], release_dir: Path,
-                                        tmp_path: Path, source: str) -> None:
+def test_canary_key_never_leaves_memory(
+    real_keyring: dict[str, str], release_dir: Path, tmp_path: Path, source: str
+) -> None:
     """The key reaches the server's Authorization header and nowhere else: not the run
     directory (even when the provider echoes it back in an error), stdout or stderr."""
     release = load_release(release_dir)
@@ -102,8 +103,9 @@ def test_canary_key_never_leaves_memory(real_keyring: dict[str, str], release_di
         env[f"XDG_{name}_HOME"] = str(xdg / name.lower())
     extra: list[str] = []
     if source == "keyring":
-        assert cli("--batch", "credentials", "set", "deepseek", env=env,
-                   input=CANARY).returncode == 0
+        assert (
+            cli("--batch", "credentials", "set", "deepseek", env=env, input=CANARY).returncode == 0
+        )
     elif source == "env":
         env["DEEPSEEK_API_KEY"] = CANARY
     else:
@@ -115,23 +117,41 @@ def test_canary_key_never_leaves_memory(real_keyring: dict[str, str], release_di
     out = tmp_path / "run"
     try:
         with FaultServer(script) as server:
-            result = cli("--batch", "run-model", "--release-dir", str(release_dir),
-                         "--output-dir", str(out), "--provider", "deepseek", "--base-url",
-                         server.base_url, "--model", "m", "--retry-backoff-seconds", "0",
-                         "--acknowledge-third-party-prompt-export", *extra, env=env)
+            result = cli(
+                "--batch",
+                "run-model",
+                "--release-dir",
+                str(release_dir),
+                "--output-dir",
+                str(out),
+                "--provider",
+                "deepseek",
+                "--base-url",
+                server.base_url,
+                "--model",
+                "m",
+                "--retry-backoff-seconds",
+                "0",
+                "--acknowledge-third-party-prompt-export",
+                *extra,
+                env=env,
+            )
             seen = list(server.seen)
     finally:
         cli("--batch", "credentials", "delete", "deepseek", env=env)
     assert result.returncode == 1, result.stderr  # ghz_00 ends in a terminal 401
     assert all(s.headers["authorization"] == f"Bearer {CANARY}" for s in seen)
     manifest = json.loads((out / "run-manifest.json").read_text())
-    assert manifest["credential_source"] == {"keyring": "keyring", "env": "env:DEEPSEEK_API_KEY",
-                                             "key-file": "key-file"}[source]
+    assert (
+        manifest["credential_source"]
+        == {"keyring": "keyring", "env": "env:DEEPSEEK_API_KEY", "key-file": "key-file"}[source]
+    )
     assert str(tmp_path / "secrets") not in (out / "run-manifest.json").read_text()
     echoed = next(out.glob("raw/ghz_00.attempt-1.*")).read_text()
     assert "[REDACTED]" in echoed
-    assert _scan([out, xdg, Path(real_keyring["HOME"]) / "config"],
-                 result.stdout, result.stderr) == []
+    assert (
+        _scan([out, xdg, Path(real_keyring["HOME"]) / "config"], result.stdout, result.stderr) == []
+    )
 
 
 def test_canary_through_the_library(release_dir: Path, tmp_path: Path) -> None:
@@ -142,15 +162,23 @@ def test_canary_through_the_library(release_dir: Path, tmp_path: Path) -> None:
     events: list[object] = []
     script = FaultScript.for_release(release, {"ghz_00": ["401-echo"]})
     with FaultServer(script) as server:
-        summary = run_live_model(make_config(
-            release_dir=release_dir, output_dir=tmp_path / "run", provider="openrouter",
-            base_url=server.base_url, model="m", acknowledge_prompt_export=True, limit=3),
-            env={"OPENROUTER_API_KEY": CANARY}, progress=lambda event: events.append(event))
+        summary = run_live_model(
+            make_config(
+                release_dir=release_dir,
+                output_dir=tmp_path / "run",
+                provider="openrouter",
+                base_url=server.base_url,
+                model="m",
+                acknowledge_prompt_export=True,
+                limit=3,
+            ),
+            env={"OPENROUTER_API_KEY": CANARY},
+            progress=lambda event: events.append(event),
+        )
         seen = list(server.seen)
     assert all(s.headers["authorization"] == f"Bearer {CANARY}" for s in seen)
     assert summary.to_dict()["error"] == 1
     assert _scan([tmp_path / "run"], json.dumps(summary.to_dict()), repr(events)) == []
-
 
 
 def test_an_unreadable_keyring_names_the_routes_variable(monkeypatch: pytest.MonkeyPatch) -> None:

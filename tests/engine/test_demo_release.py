@@ -109,8 +109,10 @@ def test_manifest_names_every_file_with_its_digest() -> None:
     assert manifest["format"] == "pqid-release/1"
     assert manifest["name"] == "pqid-demo"
     assert manifest["version"] == "1.0.0"
-    assert manifest["evaluator"] == {"version": evaluator.__version__,
-                                     "requirements": demo_build.evaluator_requirements()}
+    assert manifest["evaluator"] == {
+        "version": evaluator.__version__,
+        "requirements": demo_build.evaluator_requirements(),
+    }
     prompts_bytes = (DEMO_RELEASE_DIR / "prompts.jsonl").read_bytes()
     assert manifest["prompts"] == {
         "path": "prompts.jsonl",

@@ -25,9 +25,9 @@ def flush_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     return str(request.param)
 
 
-def test_groups_land_in_their_order_and_only_then_say_so(tmp_path: Path, flush_mode: str,
-                                                         monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
+def test_groups_land_in_their_order_and_only_then_say_so(
+    tmp_path: Path, flush_mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "raw").mkdir()
     (tmp_path / "records").mkdir()
     events: list[str] = []
@@ -43,13 +43,15 @@ def test_groups_land_in_their_order_and_only_then_say_so(tmp_path: Path, flush_m
     async def go() -> None:
         j = Journal(tmp_path)
         await j.replace_now(tmp_path / "records" / "p1.json", b'{"state": "in_flight"}\n')
-        assert json.loads((tmp_path / "records" / "p1.json").read_bytes())["state"] == \
-            "in_flight"
+        assert json.loads((tmp_path / "records" / "p1.json").read_bytes())["state"] == "in_flight"
         tasks = []
         for i in range(20):
-            group = (Group().create(tmp_path / "raw" / f"p{i}.json", b'{"raw": %d}' % i)
-                     .append(tmp_path / "responses.jsonl", b'{"prompt_id": "p%d"}\n' % i)
-                     .replace(tmp_path / "records" / f"p{i}.json", b'{"state": "success"}\n'))
+            group = (
+                Group()
+                .create(tmp_path / "raw" / f"p{i}.json", b'{"raw": %d}' % i)
+                .append(tmp_path / "responses.jsonl", b'{"prompt_id": "p%d"}\n' % i)
+                .replace(tmp_path / "records" / f"p{i}.json", b'{"state": "success"}\n')
+            )
 
             def durable(i: int = i) -> None:
                 # Everything before the record is on disk when the runner is told.
@@ -68,7 +70,8 @@ def test_groups_land_in_their_order_and_only_then_say_so(tmp_path: Path, flush_m
     assert len(lines) == 20 and len(set(lines)) == 20
     for i in range(20):
         assert json.loads((tmp_path / "records" / f"p{i}.json").read_bytes()) == {
-            "state": "success"}
+            "state": "success"
+        }
     assert not list(tmp_path.rglob(".*.tmp"))
     if flush_mode == "fsync-per-file":
         assert fsyncs, "without syncfs every touched file is fsynced"
@@ -113,7 +116,8 @@ def _replacements_over_files(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_replacing_records_frees_no_file_and_leaves_no_temporary(
-        tmp_path: Path, rename_mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, rename_mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A record replaced (in_flight, then success) ends with exactly its last bytes, a longer
     displaced file written over with shorter bytes keeps none of its tail, and with renameat2
     no replacement goes over an existing file (freeing it stalls the event loop)."""
@@ -129,8 +133,11 @@ def test_replacing_records_frees_no_file_and_leaves_no_temporary(
             await j.replace_now(path, b'{"state":"in_flight","n":%d}\n' % i)
         # Long records first, so that the files they displace are refilled with short ones.
         for i, path in enumerate(paths):
-            j.commit_later(Group().replace(path, b'{"state":"success","n":%d,"pad":"%s"}\n'
-                                           % (i, b"x" * (200 - 10 * i))))
+            j.commit_later(
+                Group().replace(
+                    path, b'{"state":"success","n":%d,"pad":"%s"}\n' % (i, b"x" * (200 - 10 * i))
+                )
+            )
         await j.drain()
         for i, path in enumerate(paths):
             await j.replace_now(path, b'{"n":%d}\n' % i)
@@ -155,17 +162,22 @@ def test_raw_bodies_land_under_their_final_names_whole(tmp_path: Path, rename_mo
     async def go() -> None:
         j = Journal(tmp_path, temporaries=2)
         for i in range(10):
-            j.commit_later(Group().create(tmp_path / "raw" / f"p{i}.attempt-1.json",
-                                          b'{"raw": "%s"}' % (b"y" * i)))
+            j.commit_later(
+                Group().create(
+                    tmp_path / "raw" / f"p{i}.attempt-1.json", b'{"raw": "%s"}' % (b"y" * i)
+                )
+            )
         await j.drain()
         j.close()
 
     asyncio.run(go())
     assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == sorted(
-        f"p{i}.attempt-1.json" for i in range(10))
+        f"p{i}.attempt-1.json" for i in range(10)
+    )
     for i in range(10):
-        assert (tmp_path / "raw" / f"p{i}.attempt-1.json").read_bytes() == \
-            b'{"raw": "%s"}' % (b"y" * i)
+        assert (tmp_path / "raw" / f"p{i}.attempt-1.json").read_bytes() == b'{"raw": "%s"}' % (
+            b"y" * i
+        )
 
 
 def test_temporaries_are_made_ahead_by_their_thread(tmp_path: Path) -> None:
@@ -193,7 +205,8 @@ def test_temporaries_are_made_ahead_by_their_thread(tmp_path: Path) -> None:
 
 
 def test_later_work_waits_for_the_records_waiting_for_their_flush(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Work off the requests' path runs once no in_flight record waits for its flush (here the
     longest it may wait is made long), one piece per turn of the loop; drain() runs the rest."""
     if journal_module._SYNCFS is None:
@@ -230,6 +243,7 @@ def test_later_work_waits_for_the_records_waiting_for_their_flush(
         j.later(lambda: order.append("work 3"))
         await j.drain()
         assert order == ["sent", "work 1", "work 2", "work 3"]
+
         def fails() -> None:
             raise ZeroDivisionError
 

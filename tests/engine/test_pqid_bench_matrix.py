@@ -38,11 +38,24 @@ BATCH = "artifacts/external_model_batches_154"
 REPORT = "pqid_bench_external_model_generation_harness_report.json"
 PINS = {"python": "3.13", "qiskit": "2.1.1", "qiskit_aer": "0.17.0"}
 ROW = "groq_llama-3_3-70b-versatile"
-CANONICAL = ("contract", "predicate", "report_executable", "report_assembly_admissible",
-             "report_signature_match", "num_qubits_match", "num_clbits_match",
-             "gate_count_match", "gate_types_match", "execution_error_type",
-             "selected_circuit_name", "empty_generation", "circuit_count", "execution_mode",
-             "simulation", "target_context_recovery")
+CANONICAL = (
+    "contract",
+    "predicate",
+    "report_executable",
+    "report_assembly_admissible",
+    "report_signature_match",
+    "num_qubits_match",
+    "num_clbits_match",
+    "gate_count_match",
+    "gate_types_match",
+    "execution_error_type",
+    "selected_circuit_name",
+    "empty_generation",
+    "circuit_count",
+    "execution_mode",
+    "simulation",
+    "target_context_recovery",
+)
 
 
 @pytest.fixture(scope="module")
@@ -76,26 +89,38 @@ def hand_release(root: Path, prompts_from: Path) -> Release:
     from engine.release.pqid_bench import read_prompts
 
     return Release(
-        root=root, name="PQID-Bench", version="test", digest="0" * 64, prompts_sha256="",
-        modified=False, prompts=read_prompts(prompts_from / matrix.PROMPTS),
-        matrix_rows=matrix.frozen_rows(root), evaluator_version=CONTRACT_PQID_BENCH,
+        root=root,
+        name="PQID-Bench",
+        version="test",
+        digest="0" * 64,
+        prompts_sha256="",
+        modified=False,
+        prompts=read_prompts(prompts_from / matrix.PROMPTS),
+        matrix_rows=matrix.frozen_rows(root),
+        evaluator_version=CONTRACT_PQID_BENCH,
         evaluator_requirements=("qiskit==2.1.1", "qiskit-aer==0.17.0"),
-        format=FORMAT_PQID_BENCH_EVIDENCE, contract=CONTRACT_PQID_BENCH,
-        predicate=PREDICATE_PQID_BENCH, python_version="3.13", cells_loader=matrix.frozen_cells)
+        format=FORMAT_PQID_BENCH_EVIDENCE,
+        contract=CONTRACT_PQID_BENCH,
+        predicate=PREDICATE_PQID_BENCH,
+        python_version="3.13",
+        cells_loader=matrix.frozen_cells,
+    )
 
 
 # -- the matrix --------------------------------------------------------------------------------
 
 
 def test_the_matrix_has_the_21_models_with_labels_providers_and_roles(
-        release: Release, evidence: Path) -> None:
+    release: Release, evidence: Path
+) -> None:
     rows = release.matrix_rows
     reports = report_paths(evidence)
     assert len(reports) == 21
     assert [r.label for r in rows] == list(reports)  # one row per report, the folder its label
     assert {r.kind for r in rows} == {"model"}
     assert {r.evaluations for r in rows} == {
-        p.relative_to(evidence).as_posix() for p in reports.values()}
+        p.relative_to(evidence).as_posix() for p in reports.values()
+    }
     assert all(r.contract == CONTRACT_PQID_BENCH for r in rows)
     assert all(r.display_name and r.role and r.provider and r.model for r in rows)
     run_matrix = json.loads((evidence / BATCH / "external_model_run_matrix.json").read_bytes())
@@ -110,18 +135,38 @@ def test_the_matrix_has_the_21_models_with_labels_providers_and_roles(
         if (r.provider, r.model) in by_model:
             continue
         folder = r.evaluations.rsplit("/evaluations/", 1)[0]
-        first = json.loads((evidence / folder / "requests" / f"{r.label}_requests.jsonl")
-                           .read_text().splitlines()[0])
+        first = json.loads(
+            (evidence / folder / "requests" / f"{r.label}_requests.jsonl")
+            .read_text()
+            .splitlines()[0]
+        )
         assert (r.provider, r.model, r.display_name, r.role) == (
-            first["provider"], first["api_model_id"], first["model_label"], first["model_role"])
+            first["provider"],
+            first["api_model_id"],
+            first["model_label"],
+            first["model_role"],
+        )
     llama = release.row(ROW)
     assert (llama.provider, llama.model, llama.display_name) == (
-        "groq", "llama-3.3-70b-versatile", "Llama 3.3 70B Versatile")
-    assert {r.provider for r in rows} == {"openai", "anthropic", "google", "deepseek", "groq",
-                                          "github_models", "huggingface_router", "openrouter"}
-    assert sorted(r.evaluations.split("/")[2] for r in rows
-                  if r.evaluations.split("/")[2] in matrix.SUBBATCHES) == [
-        "mistral_parent_control", "qiskit_mistral"]
+        "groq",
+        "llama-3.3-70b-versatile",
+        "Llama 3.3 70B Versatile",
+    )
+    assert {r.provider for r in rows} == {
+        "openai",
+        "anthropic",
+        "google",
+        "deepseek",
+        "groq",
+        "github_models",
+        "huggingface_router",
+        "openrouter",
+    }
+    assert sorted(
+        r.evaluations.split("/")[2]
+        for r in rows
+        if r.evaluations.split("/")[2] in matrix.SUBBATCHES
+    ) == ["mistral_parent_control", "qiskit_mistral"]
 
 
 def test_no_reference_row_is_made_from_aggregate_baseline_figures(evidence: Path) -> None:
@@ -131,8 +176,9 @@ def test_no_reference_row_is_made_from_aggregate_baseline_figures(evidence: Path
     assert [r for r in matrix.frozen_rows(evidence) if r.kind == "reference"] == []
 
 
-def test_every_cell_is_a_canonical_line_true_to_its_record(release: Release,
-                                                           evidence: Path) -> None:
+def test_every_cell_is_a_canonical_line_true_to_its_record(
+    release: Release, evidence: Path
+) -> None:
     categories: dict[str, int] = {}
     reports = report_paths(evidence)
     total = 0
@@ -145,11 +191,14 @@ def test_every_cell_is_a_canonical_line_true_to_its_record(release: Release,
             ex, checks = rec["execution"], rec["structural_checks"]
             where = f"{row.label}/{cell['prompt_id']}"
             assert not [f for f in (*REQUIRED_FIELDS, *CANONICAL) if f not in cell], where
-            assert (cell["contract"], cell["predicate"]) == (CONTRACT_PQID_BENCH,
-                                                             PREDICATE_PQID_BENCH)
+            assert (cell["contract"], cell["predicate"]) == (
+                CONTRACT_PQID_BENCH,
+                PREDICATE_PQID_BENCH,
+            )
             assert cell["report_executable"] == (ex["execution_success"] and ex["circuit_found"])
             assert cell["report_assembly_admissible"] == bool(
-                (ex.get("qasm3_export") or {}).get("success"))
+                (ex.get("qasm3_export") or {}).get("success")
+            )
             # The study's cell audit defines assembly as executable and exported: the same here.
             assert not cell["report_assembly_admissible"] or cell["report_executable"], where
             assert cell["report_signature_match"] == bool(checks.get("all_match"))
@@ -168,12 +217,14 @@ def test_every_cell_is_a_canonical_line_true_to_its_record(release: Release,
     assert total == 3234
     assert categories["ok"] == 1703
     assert categories["no_code"] == sum(
-        1 for p in reports.values() for r in raw_records(p).values() if r["empty_generation"])
+        1 for p in reports.values() for r in raw_records(p).values() if r["empty_generation"]
+    )
     assert categories["clbit_mismatch"] > 0 and categories["syntax_error"] > 0
 
 
-def test_loading_the_21_rows_cells_is_fast(evidence: Path, capsys: pytest.CaptureFixture[str]
-                                           ) -> None:
+def test_loading_the_21_rows_cells_is_fast(
+    evidence: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     matrix._CACHE._items.clear()  # a cold load: every report parsed again
     start = time.perf_counter()
     release = load_release(evidence)
@@ -182,38 +233,58 @@ def test_loading_the_21_rows_cells_is_fast(evidence: Path, capsys: pytest.Captur
     done = time.perf_counter()
     assert cells == 3234
     with capsys.disabled():
-        print(f"\n[timing] load_release(evidence) {loaded - start:.3f} s (21 reports parsed), "
-              f"then the 3,234 cells {1000 * (done - loaded):.1f} ms")
+        print(
+            f"\n[timing] load_release(evidence) {loaded - start:.3f} s (21 reports parsed), "
+            f"then the 3,234 cells {1000 * (done - loaded):.1f} ms"
+        )
     assert done - start < 5.0  # the aim is under a second; the bound leaves room for a busy CI
 
 
 # -- reproduce -----------------------------------------------------------------------------------
 
 
-def test_reproduce_gives_the_published_headline_and_every_model(release: Release,
-                                                               evidence: Path) -> None:
+def test_reproduce_gives_the_published_headline_and_every_model(
+    release: Release, evidence: Path
+) -> None:
     result = reproduce(release)
     d = result.data
     t = d["totals"]
     assert (t["models"], t["prompts"], t["cells"]) == (21, 154, 3234)
-    got = {k: (t["metrics"][k]["count"], f"{100 * t['metrics'][k]['rate']:.2f}%")
-           for k in ("execution", "assembly", "signature")}
-    assert got == {"execution": (2950, "91.22%"), "assembly": (2944, "91.03%"),
-                   "signature": (1703, "52.66%")}
+    got = {
+        k: (t["metrics"][k]["count"], f"{100 * t['metrics'][k]['rate']:.2f}%")
+        for k in ("execution", "assembly", "signature")
+    }
+    assert got == {
+        "execution": (2950, "91.22%"),
+        "assembly": (2944, "91.03%"),
+        "signature": (1703, "52.66%"),
+    }
     rows = {r["label"]: r for r in d["rows"]}
     assert len(rows) == 21
     # Against the results summary the study publishes for its first 19 models.
-    summary = json.loads((evidence / BATCH / "pqid_bench_external_model_results_summary.json")
-                         .read_bytes())
+    summary = json.loads(
+        (evidence / BATCH / "pqid_bench_external_model_results_summary.json").read_bytes()
+    )
     assert len(summary["rows"]) == 19
     for entry in summary["rows"]:
         m = rows[entry["slug"]]["metrics"]
-        assert (m["execution"]["count"], m["assembly"]["count"], m["signature"]["count"],
-                m["num_qubits"]["count"], m["num_clbits"]["count"], m["gate_count"]["count"],
-                m["gate_types"]["count"]) == (
-            entry["execution_success"], entry["qasm3_export_success"],
-            entry["structural_all_match"], entry["num_qubits_match"],
-            entry["num_clbits_match"], entry["gate_count_match"], entry["gate_types_match"])
+        assert (
+            m["execution"]["count"],
+            m["assembly"]["count"],
+            m["signature"]["count"],
+            m["num_qubits"]["count"],
+            m["num_clbits"]["count"],
+            m["gate_count"]["count"],
+            m["gate_types"]["count"],
+        ) == (
+            entry["execution_success"],
+            entry["qasm3_export_success"],
+            entry["structural_all_match"],
+            entry["num_qubits_match"],
+            entry["num_clbits_match"],
+            entry["gate_count_match"],
+            entry["gate_types_match"],
+        )
     # Against the identifiability analysis, which covers all 21 (full and 150-prompt tables).
     ident = json.loads((evidence / matrix.IDENTIFIABILITY).read_bytes())
     by_id = {r["model"].split(":")[0].lower(): r for r in d["rows"]}
@@ -221,26 +292,43 @@ def test_reproduce_gives_the_published_headline_and_every_model(release: Release
     assert len(ident["by_model"]) == 21
     for entry in ident["by_model"]:
         row = by_id[entry["model"].lower()]
-        assert (row["metrics"]["execution"]["count"], row["metrics"]["signature"]["count"]) \
-            == (entry["full"]["execution_count"], entry["full"]["structural_count"])
+        assert (row["metrics"]["execution"]["count"], row["metrics"]["signature"]["count"]) == (
+            entry["full"]["execution_count"],
+            entry["full"]["structural_count"],
+        )
         s = sub[row["label"]]
-        assert (s["selected"], s["metrics"]["execution"]["count"],
-                s["metrics"]["signature"]["count"]) == (
-            entry["identifiable"]["n"], entry["identifiable"]["execution_count"],
-            entry["identifiable"]["structural_count"])
+        assert (
+            s["selected"],
+            s["metrics"]["execution"]["count"],
+            s["metrics"]["signature"]["count"],
+        ) == (
+            entry["identifiable"]["n"],
+            entry["identifiable"]["execution_count"],
+            entry["identifiable"]["structural_count"],
+        )
     it = d["identifiability"]["totals"]
-    assert (it["prompts"], it["cells"], it["metrics"]["execution"]["count"],
-            it["metrics"]["signature"]["count"]) == (150, 3150, 2890, 1703)
+    assert (
+        it["prompts"],
+        it["cells"],
+        it["metrics"]["execution"]["count"],
+        it["metrics"]["signature"]["count"],
+    ) == (150, 3150, 2890, 1703)
     assert sorted(d["identifiability"]["excluded_prompt_ids"]) == sorted(
-        e["prompt_id"] for e in ident["exceptions"])
+        e["prompt_id"] for e in ident["exceptions"]
+    )
     # Ranks and signature rates against the study's 21-model performance table.
-    perf = (evidence / "artifacts/analysis_154/PQID_BENCH_21_MODEL_PERFORMANCE_AND_INSIGHTS.md"
-            ).read_text()
-    published = sorted((int(m.group(1)), m.group(2)) for m in re.finditer(
-        r"^\| (\d+) \| [^|]+ \| [\d.]+% \| ([\d.]+)% \|", perf, re.M))
+    perf = (
+        evidence / "artifacts/analysis_154/PQID_BENCH_21_MODEL_PERFORMANCE_AND_INSIGHTS.md"
+    ).read_text()
+    published = sorted(
+        (int(m.group(1)), m.group(2))
+        for m in re.finditer(r"^\| (\d+) \| [^|]+ \| [\d.]+% \| ([\d.]+)% \|", perf, re.M)
+    )
     assert len(published) == 21
-    assert sorted((r["rank"], f"{100 * r['metrics']['signature']['rate']:.2f}")
-                  for r in d["rows"]) == published
+    assert (
+        sorted((r["rank"], f"{100 * r['metrics']['signature']['rate']:.2f}") for r in d["rows"])
+        == published
+    )
     assert result.agrees and len(d["checks"]) > 400
 
 
@@ -255,8 +343,10 @@ def test_reproduce_names_a_published_figure_that_no_longer_agrees(release: Relea
     result = reproduce(replace(release, cells_loader=flipped))
     assert not result.agrees
     differ = [c for c in result.data["checks"] if not c["agree"]]
-    assert any(c["item"] == f"{ROW}: signature" and c["published"] == 71
-               and c["recomputed"] == 70 for c in differ)
+    assert any(
+        c["item"] == f"{ROW}: signature" and c["published"] == 71 and c["recomputed"] == 70
+        for c in differ
+    )
     assert any(c["item"] == "signature (all cells)" and c["recomputed"] == 1702 for c in differ)
     assert "DIFFER" in result.render("text")
 
@@ -268,31 +358,48 @@ def test_batch_reproduce_in_every_format(evidence: Path, fmt: str) -> None:
     out = done.stdout
     if fmt == "json":
         data = json.loads(out)
-        assert data["totals"]["metrics"]["execution"] == {"count": 2950, "denominator": 3234,
-                                                          "rate": 0.912183}
+        assert data["totals"]["metrics"]["execution"] == {
+            "count": 2950,
+            "denominator": 3234,
+            "rate": 0.912183,
+        }
         assert len(data["rows"]) == 21 and data["rows"][0]["rank"] == 1
     elif fmt == "csv":
         rows = list(csv.DictReader(io.StringIO(out)))
         total = {r["metric"]: r for r in rows if r["subset"] == "all" and r["kind"] == "total"}
-        assert (total["signature"]["count"], total["signature"]["denominator"]) == ("1703",
-                                                                                     "3234")
+        assert (total["signature"]["count"], total["signature"]["denominator"]) == ("1703", "3234")
         assert len({r["row"] for r in rows if r["kind"] == "model"}) == 21
-        assert {r["denominator"] for r in rows
-                if r["subset"] == "identifiable" and r["kind"] == "model" and r["count"]} \
-            == {"150"}
+        assert {
+            r["denominator"]
+            for r in rows
+            if r["subset"] == "identifiable" and r["kind"] == "model" and r["count"]
+        } == {"150"}
     else:
-        for figure in ("21 models, 154 prompts, 3,234 cells", "2,950/3,234 91.22%",
-                       "2,944/3,234 91.03%", "1,703/3,234 52.66%", "all agree",
-                       "Llama 3.3 70B Versatile", "150 prompts"):
+        for figure in (
+            "21 models, 154 prompts, 3,234 cells",
+            "2,950/3,234 91.22%",
+            "2,944/3,234 91.03%",
+            "1,703/3,234 52.66%",
+            "all agree",
+            "Llama 3.3 70B Versatile",
+            "150 prompts",
+        ):
             assert figure in out, figure
         if fmt == "markdown":
             assert out.startswith("# Reproduction of the frozen matrix")
 
 
 def test_batch_reproduce_on_the_core_distribution_says_what_it_needs(
-        pqid_bench: PqidBenchCopies, tmp_path: Path) -> None:
-    done = cli("--batch", "reproduce", "--release-dir", str(pqid_bench.core_zip),
-               "--cache-dir", str(tmp_path / "cache"))
+    pqid_bench: PqidBenchCopies, tmp_path: Path
+) -> None:
+    done = cli(
+        "--batch",
+        "reproduce",
+        "--release-dir",
+        str(pqid_bench.core_zip),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    )
     assert done.returncode == 2
     assert "no frozen matrix" in done.stderr and "evidence repository" in done.stderr
     assert "Traceback" not in done.stderr
@@ -314,15 +421,22 @@ def own_cells(release: Release, tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "cand.jsonl", release.frozen_evaluations(ROW))
 
 
-def test_a_frozen_row_compared_with_the_matrix_ties_itself(release: Release,
-                                                           own_cells: Path) -> None:
+def test_a_frozen_row_compared_with_the_matrix_ties_itself(
+    release: Release, own_cells: Path
+) -> None:
     c = compare(release, own_cells)
     d = c.data
     assert c.publishable, d["not_publishable_reasons"]
     assert d["contract"] == CONTRACT_PQID_BENCH and d["selection"]["selected"] == 154
-    assert [m["key"] for m in d["metrics"]] == ["execution", "assembly", "signature",
-                                                "num_qubits", "num_clbits", "gate_count",
-                                                "gate_types"]
+    assert [m["key"] for m in d["metrics"]] == [
+        "execution",
+        "assembly",
+        "signature",
+        "num_qubits",
+        "num_clbits",
+        "gate_count",
+        "gate_types",
+    ]
     assert len(d["rows"]) == 21 and len(d["table"]) == 22
     assert [t["label"] for t in d["table"] if t["candidate"]] == ["candidate"]
     itself = next(r for r in d["rows"] if r["label"] == ROW)
@@ -330,12 +444,16 @@ def test_a_frozen_row_compared_with_the_matrix_ties_itself(release: Release,
         assert (p["candidate_only"], p["row_only"], p["mcnemar_exact_p"]) == (0, 0, 1.0), key
     assert d["candidate"]["summary"]["rates"] == itself["summary"]["rates"]
     assert d["candidate"]["summary"]["gaps_pp"] == itself["summary"]["gaps_pp"]
-    assert itself["summary"]["gaps_pp"]["execution_structure_gap"]["over_selected"] == \
-        pytest.approx(100 * (144 - 71) / 154, abs=1e-4)
+    assert itself["summary"]["gaps_pp"]["execution_structure_gap"][
+        "over_selected"
+    ] == pytest.approx(100 * (144 - 71) / 154, abs=1e-4)
     assert d["candidate"]["rank"] == itself["rank"]
     entry = next(t for t in d["table"] if t["label"] == ROW)
-    assert entry["metrics"]["signature"] == {"count": 71, "denominator": 154,
-                                             "rate": round(71 / 154, 6)}
+    assert entry["metrics"]["signature"] == {
+        "count": 71,
+        "denominator": 154,
+        "rate": round(71 / 154, 6),
+    }
     assert entry["paired"]["signature"]["candidate_only"] == 0
     assert entry["display_name"] == "Llama 3.3 70B Versatile" and entry["kind"] == "model"
     # The rank is the competition rank among the 21 models and the candidate.
@@ -357,8 +475,9 @@ def test_a_frozen_row_compared_with_the_matrix_ties_itself(release: Release,
     assert ident["candidate"]["summary"]["rates"] == sub["summary"]["rates"]
 
 
-def test_every_format_of_the_pqid_bench_comparison_renders(release: Release,
-                                                           own_cells: Path) -> None:
+def test_every_format_of_the_pqid_bench_comparison_renders(
+    release: Release, own_cells: Path
+) -> None:
     c = compare(release, own_cells)
     text, md = c.render("text"), c.render("markdown")
     for out in (text, md):
@@ -369,12 +488,23 @@ def test_every_format_of_the_pqid_bench_comparison_renders(release: Release,
     data = json.loads(c.render("json"))
     assert data["table"][0]["rank"] == 1 and "gaps_pp" in data["table"][0]
     rows = list(csv.DictReader(io.StringIO(c.render("csv"))))
-    own = [r for r in rows if r["row"] == ROW and r["metric"] == "signature"
-           and r["scope"] == "selected"]
-    assert {(r["subset"], r["denominator"], r["candidate_only"], r["row_only"]) for r in own} \
-        == {("all", "154", "0", "0"), ("identifiable", "150", "0", "0")}
-    gap = [r for r in rows if r["row"] == ROW and r["metric"] == "execution_structure_gap_pp"
-           and r["scope"] == "selected" and r["subset"] == "all"]
+    own = [
+        r
+        for r in rows
+        if r["row"] == ROW and r["metric"] == "signature" and r["scope"] == "selected"
+    ]
+    assert {(r["subset"], r["denominator"], r["candidate_only"], r["row_only"]) for r in own} == {
+        ("all", "154", "0", "0"),
+        ("identifiable", "150", "0", "0"),
+    }
+    gap = [
+        r
+        for r in rows
+        if r["row"] == ROW
+        and r["metric"] == "execution_structure_gap_pp"
+        and r["scope"] == "selected"
+        and r["subset"] == "all"
+    ]
     assert float(gap[0]["rate"]) == pytest.approx(47.4026, abs=1e-3)
 
 
@@ -391,31 +521,44 @@ def test_a_partial_candidate_restricts_all_21_rows(release: Release, tmp_path: P
 
 
 def test_another_environment_is_refused_or_marked_not_publishable(
-        release: Release, tmp_path: Path) -> None:
+    release: Release, tmp_path: Path
+) -> None:
     cells = release.frozen_evaluations(ROW)
-    other = write_jsonl(tmp_path / "env.jsonl", [
-        {**c, "environment": {"python": "3.13.5", "qiskit": "2.6.1", "qiskit_aer": "0.17.0"}}
-        for c in cells])
-    with pytest.raises(CompareRefused, match=r"qiskit 2\.6\.1 \(the release pins 2\.1\.1\).*"
-                                             r"--allow-environment-mismatch"):
+    other = write_jsonl(
+        tmp_path / "env.jsonl",
+        [
+            {**c, "environment": {"python": "3.13.5", "qiskit": "2.6.1", "qiskit_aer": "0.17.0"}}
+            for c in cells
+        ],
+    )
+    with pytest.raises(
+        CompareRefused,
+        match=r"qiskit 2\.6\.1 \(the release pins 2\.1\.1\).*"
+        r"--allow-environment-mismatch",
+    ):
         compare(release, other)
     c = compare(release, other, allow_environment_mismatch=True)
     assert not c.publishable
     assert any(r.startswith("environment mismatch") for r in c.data["not_publishable_reasons"])
     # A patch release of the pinned Python is the same interpreter series.
-    same = write_jsonl(tmp_path / "same.jsonl", [
-        {**c, "environment": {**PINS, "python": "3.13.5"}} for c in cells])
+    same = write_jsonl(
+        tmp_path / "same.jsonl", [{**c, "environment": {**PINS, "python": "3.13.5"}} for c in cells]
+    )
     assert compare(release, same).publishable
     # Scored under the project's own contract: refused, the contract named.
-    project = write_jsonl(tmp_path / "project.jsonl", [
-        {k: v for k, v in c.items() if k not in ("contract", "predicate")} for c in cells])
-    with pytest.raises(CompareRefused, match=r"contract pqid-tui-1 \(the release pins "
-                                             r"pqid-bench-evaluator-1\.1\.0-safe-builtins\)"):
+    project = write_jsonl(
+        tmp_path / "project.jsonl",
+        [{k: v for k, v in c.items() if k not in ("contract", "predicate")} for c in cells],
+    )
+    with pytest.raises(
+        CompareRefused,
+        match=r"contract pqid-tui-1 \(the release pins "
+        r"pqid-bench-evaluator-1\.1\.0-safe-builtins\)",
+    ):
         compare(release, project)
 
 
-def test_an_image_outside_the_complete_pin_set_is_refused(release: Release,
-                                                          tmp_path: Path) -> None:
+def test_an_image_outside_the_complete_pin_set_is_refused(release: Release, tmp_path: Path) -> None:
     """Qiskit and Aer pinned right is not enough: every package of the image must be the
     release's (without matplotlib, `draw('mpl')` fails where the frozen rows executed)."""
     from engine.replay.environment import release_environment
@@ -424,34 +567,55 @@ def test_an_image_outside_the_complete_pin_set_is_refused(release: Release,
     packages = dict(pin.pins)
     assert "matplotlib" in packages
     cells = release.frozen_evaluations(ROW)
-    exact = write_jsonl(tmp_path / "exact.jsonl", [
-        {**c, "environment": {**PINS, "python": "3.13.5", "packages": packages}} for c in cells])
+    exact = write_jsonl(
+        tmp_path / "exact.jsonl",
+        [{**c, "environment": {**PINS, "python": "3.13.5", "packages": packages}} for c in cells],
+    )
     assert compare(release, exact).publishable
     lacking = {k: v for k, v in packages.items() if k != "matplotlib"}
-    without = write_jsonl(tmp_path / "without.jsonl", [
-        {**c, "environment": {**PINS, "python": "3.13.5", "packages": lacking}} for c in cells])
+    without = write_jsonl(
+        tmp_path / "without.jsonl",
+        [{**c, "environment": {**PINS, "python": "3.13.5", "packages": lacking}} for c in cells],
+    )
     with pytest.raises(CompareRefused, match=r"matplotlib is not installed"):
         compare(release, without)
     assert not compare(release, without, allow_environment_mismatch=True).publishable
 
 
-def test_batch_compare_on_the_evidence_repository(evidence: Path, own_cells: Path,
-                                                  tmp_path: Path) -> None:
-    done = cli("--batch", "compare", "--release-dir", str(evidence), "--evaluations",
-               str(own_cells), "--format", "json")
+def test_batch_compare_on_the_evidence_repository(
+    evidence: Path, own_cells: Path, tmp_path: Path
+) -> None:
+    done = cli(
+        "--batch",
+        "compare",
+        "--release-dir",
+        str(evidence),
+        "--evaluations",
+        str(own_cells),
+        "--format",
+        "json",
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert len(data["rows"]) == 21 and data["publishable"] is True
     cells = [json.loads(line) for line in own_cells.read_text().splitlines()]
-    env = write_jsonl(tmp_path / "env.jsonl", [{**c, "environment": {**PINS, "qiskit": "2.2.0"}}
-                                               for c in cells])
-    refused = cli("--batch", "compare", "--release-dir", str(evidence), "--evaluations",
-                  str(env))
+    env = write_jsonl(
+        tmp_path / "env.jsonl", [{**c, "environment": {**PINS, "qiskit": "2.2.0"}} for c in cells]
+    )
+    refused = cli("--batch", "compare", "--release-dir", str(evidence), "--evaluations", str(env))
     assert refused.returncode == 2
-    assert refused.stderr.startswith("pqid-tui: error: the candidate and the frozen rows were "
-                                     "not scored in the same environment")
-    allowed = cli("--batch", "compare", "--release-dir", str(evidence), "--evaluations",
-                  str(env), "--allow-environment-mismatch")
+    assert refused.stderr.startswith(
+        "pqid-tui: error: the candidate and the frozen rows were not scored in the same environment"
+    )
+    allowed = cli(
+        "--batch",
+        "compare",
+        "--release-dir",
+        str(evidence),
+        "--evaluations",
+        str(env),
+        "--allow-environment-mismatch",
+    )
     assert allowed.returncode == 0, allowed.stderr
     assert "publishable  NO: environment mismatch" in allowed.stdout
 
@@ -480,19 +644,26 @@ def audit_lines(evidence: Path, rels: dict[str, str]) -> list[dict[str, Any]]:
         for rec in raw_records(evidence / rel).values():
             ex = rec["execution"]
             executable = ex["execution_success"] and ex["circuit_found"]
-            lines.append({
-                "prompt_id": rec["prompt_id"], "model": rec["model"], "model_label": slug,
-                "report_executable": executable,
-                "report_assembly_admissible": executable and bool(
-                    (ex.get("qasm3_export") or {}).get("success")),
-                "report_signature_match": bool(rec["structural_checks"].get("all_match")),
-                "report_selected_circuit_name": ex.get("selected_circuit_name"),
-                "report_path": rel, "replay_available": False})
+            lines.append(
+                {
+                    "prompt_id": rec["prompt_id"],
+                    "model": rec["model"],
+                    "model_label": slug,
+                    "report_executable": executable,
+                    "report_assembly_admissible": executable
+                    and bool((ex.get("qasm3_export") or {}).get("success")),
+                    "report_signature_match": bool(rec["structural_checks"].get("all_match")),
+                    "report_selected_circuit_name": ex.get("selected_circuit_name"),
+                    "report_path": rel,
+                    "replay_available": False,
+                }
+            )
     return lines
 
 
 def test_the_cell_audit_names_the_roster_and_is_checked_against_the_reports(
-        evidence: Path, tmp_path: Path) -> None:
+    evidence: Path, tmp_path: Path
+) -> None:
     slugs = ["openai_gpt-5_5", ROW]  # the audit's order, not the folders'
     rels = small_tree(evidence, tmp_path, slugs)
     audit = tmp_path / matrix.CELL_AUDIT
@@ -521,12 +692,15 @@ def test_the_cell_audit_names_the_roster_and_is_checked_against_the_reports(
 
 
 def test_a_baseline_report_with_per_prompt_records_becomes_reference_rows(
-        evidence: Path, tmp_path: Path) -> None:
+    evidence: Path, tmp_path: Path
+) -> None:
     rels = small_tree(evidence, tmp_path, [ROW])
     report = json.loads((evidence / matrix.COPY_BASELINE_REPORTS[0]).read_bytes())
     # Per-prompt records keyed by row_id, as the baseline script builds them in memory.
-    records = [{k: v for k, v in r.items() if k != "prompt_id"}
-               for r in raw_records(evidence / rels[ROW]).values()]
+    records = [
+        {k: v for k, v in r.items() if k != "prompt_id"}
+        for r in raw_records(evidence / rels[ROW]).values()
+    ]
     report["results"][0]["records"] = records
     target = tmp_path / matrix.COPY_BASELINE_REPORTS[0]
     target.parent.mkdir(parents=True)
@@ -549,6 +723,7 @@ def test_a_summary_of_pqid_bench_lines_reports_the_contracts_metrics(release: Re
     assert [m["key"] for m in s["metrics"]][:3] == ["execution", "assembly", "signature"]
     assert s["rates"]["signature"]["over_selected"]["count"] == 71
     assert s["gaps_pp"]["execution_structure_gap"]["over_selected"] == pytest.approx(
-        100 * (144 - 71) / 154, abs=1e-4)
+        100 * (144 - 71) / 154, abs=1e-4
+    )
     text = render_summary(s, "text")
     assert "signature" in text and "+47.40 pp" in text and "clbit_mismatch" in text

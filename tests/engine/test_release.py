@@ -36,13 +36,22 @@ def test_missing_file(tmp_path: Path) -> None:
         load_release(root)
 
 
-@pytest.mark.parametrize(("mutate", "expected"), [
-    (lambda lines: [*lines, lines[0]], r"prompts\.jsonl:4: duplicate prompt_id 'a' \(first on "
-                                       r"line 1\)"),
-    (lambda lines: [*lines[:1], "{not json", *lines[1:]], r"prompts\.jsonl:2: not a JSON line"),
-    (lambda lines: [*lines[:2], '{"prompt_id": "x"}'], r"prompts\.jsonl:3: prompt x has no split"),
-    (lambda lines: [*lines[:2], '[1, 2]'], r"prompts\.jsonl:3: expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (
+            lambda lines: [*lines, lines[0]],
+            r"prompts\.jsonl:4: duplicate prompt_id 'a' \(first on "
+            r"line 1\)",
+        ),
+        (lambda lines: [*lines[:1], "{not json", *lines[1:]], r"prompts\.jsonl:2: not a JSON line"),
+        (
+            lambda lines: [*lines[:2], '{"prompt_id": "x"}'],
+            r"prompts\.jsonl:3: prompt x has no split",
+        ),
+        (lambda lines: [*lines[:2], "[1, 2]"], r"prompts\.jsonl:3: expected a JSON object"),
+    ],
+)
 def test_malformed_prompt_lines_name_file_and_line(tmp_path: Path, mutate, expected) -> None:  # type: ignore[no-untyped-def]
     lines = [json.dumps(prompt_line(pid, 2)) for pid in ("a", "b", "c")]
     root = tmp_path / "r"
@@ -51,6 +60,7 @@ def test_malformed_prompt_lines_name_file_and_line(tmp_path: Path, mutate, expec
     (root / "prompts.jsonl").write_text(text)
     manifest = json.loads((root / "release.json").read_text())
     import hashlib
+
     manifest["prompts"]["sha256"] = hashlib.sha256(text.encode()).hexdigest()
     manifest["prompts"].pop("count")
     (root / "release.json").write_text(json.dumps(manifest))
@@ -73,8 +83,9 @@ def test_wrong_format_and_paths(tmp_path: Path) -> None:
 def test_cli_reports_release_error_in_one_line(tmp_path: Path) -> None:
     root = write_release(tmp_path / "r")
     (root / "prompts.jsonl").write_text("garbage\n")
-    result = cli("--batch", "run-model", "--release-dir", str(root), "--provider", "oracle",
-                 "--dry-run")
+    result = cli(
+        "--batch", "run-model", "--release-dir", str(root), "--provider", "oracle", "--dry-run"
+    )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "prompts.jsonl" in result.stderr
     assert "Traceback" not in result.stderr

@@ -19,24 +19,38 @@ class _FakeRunner:
     def __init__(self, *, sessions: int = 1) -> None:
         self.sessions = sessions
 
-    def run(self, items: Sequence[EvaluationItem], config: EvaluatorConfig,
-            on_line: LineCallback | None = None) -> RunOutcome:
+    def run(
+        self,
+        items: Sequence[EvaluationItem],
+        config: EvaluatorConfig,
+        on_line: LineCallback | None = None,
+    ) -> RunOutcome:
         assert on_line is not None
         started_at = time.time()
         time.sleep(0.05)  # the container starting
         outcome = RunOutcome(sessions=self.sessions)
-        outcome.startup_timing.append({
-            "started_at": started_at, "ready_at": time.time(),
-            "executor": {"qiskit_import_seconds": 0.02, "preload_seconds": 0.03},
-            "grader": {"import_seconds": 0.025}})
+        outcome.startup_timing.append(
+            {
+                "started_at": started_at,
+                "ready_at": time.time(),
+                "executor": {"qiskit_import_seconds": 0.02, "preload_seconds": 0.03},
+                "grader": {"import_seconds": 0.025},
+            }
+        )
         for index, item in enumerate(items):
             on_line({"type": "started", "prompt_id": item.prompt_id, "index": index})
             time.sleep(0.01)
-            evaluation: dict[str, Any] = {"prompt_id": item.prompt_id, "category": "ok",
-                                          "equivalent": True}
+            evaluation: dict[str, Any] = {
+                "prompt_id": item.prompt_id,
+                "category": "ok",
+                "equivalent": True,
+            }
             outcome.evaluations[item.prompt_id] = evaluation
-            outcome.item_timing[item.prompt_id] = {"child_ms": 8.0, "snippet_ms": 1.0,
-                                                   "grade_ms": 6.0}
+            outcome.item_timing[item.prompt_id] = {
+                "child_ms": 8.0,
+                "snippet_ms": 1.0,
+                "grade_ms": 6.0,
+            }
             on_line({"type": "evaluation", "evaluation": evaluation, "index": index})
         return outcome
 

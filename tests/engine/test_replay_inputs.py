@@ -25,8 +25,9 @@ IDS = [f"ghz_{i:02d}" for i in range(6)]
 class FakeRunner:
     """Scores every item `ok` (or as told) and remembers what it was given."""
 
-    def __init__(self, categories: dict[str, str] | None = None,
-                 not_evaluated: Sequence[str] = ()) -> None:
+    def __init__(
+        self, categories: dict[str, str] | None = None, not_evaluated: Sequence[str] = ()
+    ) -> None:
         self.categories = categories or {}
         self.not_evaluated = set(not_evaluated)
         self.items: list[EvaluationItem] = []
@@ -36,22 +37,31 @@ class FakeRunner:
         self.built = build
         return "fake:image"
 
-    def run(self, items: Sequence[EvaluationItem], config: EvaluatorConfig,
-            on_line: LineCallback | None = None) -> RunOutcome:
+    def run(
+        self,
+        items: Sequence[EvaluationItem],
+        config: EvaluatorConfig,
+        on_line: LineCallback | None = None,
+    ) -> RunOutcome:
         self.items = list(items)
         outcome = RunOutcome(evaluator_version="0.1.0", sessions=1)
         for i, item in enumerate(items):
             if on_line:
-                on_line({"type": "started", "prompt_id": item.prompt_id, "index": i,
-                         "total": len(items)})
+                on_line(
+                    {
+                        "type": "started",
+                        "prompt_id": item.prompt_id,
+                        "index": i,
+                        "total": len(items),
+                    }
+                )
             if item.prompt_id in self.not_evaluated:
                 outcome.not_evaluated[item.prompt_id] = "not evaluated: test"
                 continue
             ev = make_eval(item.prompt_id, self.categories.get(item.prompt_id, "ok"))
             outcome.evaluations[item.prompt_id] = ev
             if on_line:
-                on_line({"type": "evaluation", "evaluation": ev, "index": i,
-                         "total": len(items)})
+                on_line({"type": "evaluation", "evaluation": ev, "index": i, "total": len(items)})
         return outcome
 
 
@@ -61,8 +71,12 @@ class ExplodingRunner(FakeRunner):
 
 
 def write_responses(path: Path, lines: list[Any]) -> Path:
-    path.write_bytes(b"".join((line if isinstance(line, bytes) else json.dumps(line).encode())
-                              + b"\n" for line in lines))
+    path.write_bytes(
+        b"".join(
+            (line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n"
+            for line in lines
+        )
+    )
     return path
 
 
@@ -75,28 +89,38 @@ def release(tmp_path: Path) -> Path:
     return write_release(tmp_path / "release", count=6)
 
 
-def run_replay(release: Path, responses: Path, out: Path, runner: Any = None,
-               **kwargs: Any) -> Any:
+def run_replay(release: Path, responses: Path, out: Path, runner: Any = None, **kwargs: Any) -> Any:
     kwargs.setdefault("acknowledge_code_execution", True)
     return replay(release, responses, out, runner=runner or FakeRunner(), **kwargs)
 
 
-@pytest.mark.parametrize(("bad", "message"), [
-    (b"{not json", r"responses\.jsonl:3: not a JSON line"),
-    (b'"just a string"', r"responses\.jsonl:3: expected a JSON object"),
-    (b'{"content": "x"}', r"responses\.jsonl:3: no prompt_id"),
-    (b'{"prompt_id": "nope", "content": "x"}',
-     r"responses\.jsonl:3: prompt 'nope' is not in the release test-release 0\.0\.1"),
-    (b'{"prompt_id": "ghz_00", "content": "again"}',
-     r"responses\.jsonl:3: prompt 'ghz_00' repeats line 1"),
-    (b'{"prompt_id": "ghz_02", "content": ["parts"]}',
-     r"responses\.jsonl:3: content must be a string or null"),
-    (b'{"prompt_id": "\xc3("}', r"responses\.jsonl:3: not a JSON line \(not UTF-8\)"),
-])
-def test_one_bad_line_refuses_the_whole_file(release: Path, tmp_path: Path, bad: bytes,
-                                             message: str) -> None:
-    responses = write_responses(tmp_path / "responses.jsonl",
-                                [good("ghz_00"), good("ghz_01"), bad, good("ghz_03")])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (b"{not json", r"responses\.jsonl:3: not a JSON line"),
+        (b'"just a string"', r"responses\.jsonl:3: expected a JSON object"),
+        (b'{"content": "x"}', r"responses\.jsonl:3: no prompt_id"),
+        (
+            b'{"prompt_id": "nope", "content": "x"}',
+            r"responses\.jsonl:3: prompt 'nope' is not in the release test-release 0\.0\.1",
+        ),
+        (
+            b'{"prompt_id": "ghz_00", "content": "again"}',
+            r"responses\.jsonl:3: prompt 'ghz_00' repeats line 1",
+        ),
+        (
+            b'{"prompt_id": "ghz_02", "content": ["parts"]}',
+            r"responses\.jsonl:3: content must be a string or null",
+        ),
+        (b'{"prompt_id": "\xc3("}', r"responses\.jsonl:3: not a JSON line \(not UTF-8\)"),
+    ],
+)
+def test_one_bad_line_refuses_the_whole_file(
+    release: Path, tmp_path: Path, bad: bytes, message: str
+) -> None:
+    responses = write_responses(
+        tmp_path / "responses.jsonl", [good("ghz_00"), good("ghz_01"), bad, good("ghz_03")]
+    )
     out = tmp_path / "out"
     runner = ExplodingRunner()
     with pytest.raises(InputError, match=message + ".*nothing was evaluated"):
@@ -104,12 +128,20 @@ def test_one_bad_line_refuses_the_whole_file(release: Path, tmp_path: Path, bad:
     assert not out.exists() and runner.items == []
 
 
-def test_bad_line_in_the_batch_mode_exits_2_naming_the_line(release: Path,
-                                                            tmp_path: Path) -> None:
+def test_bad_line_in_the_batch_mode_exits_2_naming_the_line(release: Path, tmp_path: Path) -> None:
     responses = write_responses(tmp_path / "responses.jsonl", [good("ghz_00"), b"oops"])
     out = tmp_path / "out"
-    result = cli("--batch", "replay", "--release-dir", str(release), "--responses",
-                 str(responses), "--output-dir", str(out), "--acknowledge-code-execution")
+    result = cli(
+        "--batch",
+        "replay",
+        "--release-dir",
+        str(release),
+        "--responses",
+        str(responses),
+        "--output-dir",
+        str(out),
+        "--acknowledge-code-execution",
+    )
     assert result.returncode == 2
     assert result.stderr.startswith(f"pqid-tui: error: {responses}:2: not a JSON line")
     assert result.stdout == "" and not out.exists()
@@ -118,54 +150,79 @@ def test_bad_line_in_the_batch_mode_exits_2_naming_the_line(release: Path,
 def test_refuses_without_the_acknowledgement(release: Path, tmp_path: Path) -> None:
     responses = write_responses(tmp_path / "responses.jsonl", [good("ghz_00")])
     with pytest.raises(UsageError, match="--acknowledge-code-execution"):
-        run_replay(release, responses, tmp_path / "out", ExplodingRunner(),
-                   acknowledge_code_execution=False)
-    result = cli("--batch", "replay", "--release-dir", str(release), "--responses",
-                 str(responses), "--output-dir", str(tmp_path / "out"))
+        run_replay(
+            release,
+            responses,
+            tmp_path / "out",
+            ExplodingRunner(),
+            acknowledge_code_execution=False,
+        )
+    result = cli(
+        "--batch",
+        "replay",
+        "--release-dir",
+        str(release),
+        "--responses",
+        str(responses),
+        "--output-dir",
+        str(tmp_path / "out"),
+    )
     assert result.returncode == 2 and "--acknowledge-code-execution" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
-def test_error_records_are_infrastructure_failures_never_run(release: Path,
-                                                             tmp_path: Path) -> None:
-    responses = write_responses(tmp_path / "responses.jsonl", [
-        good("ghz_00", finish_reason="stop"),
-        {"prompt_id": "ghz_01", "content": None, "error": "RateLimitError: 429"},
-        {"prompt_id": "ghz_02", "status": "error", "content": "partial"},
-        {"prompt_id": "ghz_03"},
-        {"prompt_id": "ghz_04", "generated_code": "x = 1", "finish_reason": "length"},
-        {"prompt_id": "ghz_05", "content": "", "status": 200},
-    ])
+def test_error_records_are_infrastructure_failures_never_run(release: Path, tmp_path: Path) -> None:
+    responses = write_responses(
+        tmp_path / "responses.jsonl",
+        [
+            good("ghz_00", finish_reason="stop"),
+            {"prompt_id": "ghz_01", "content": None, "error": "RateLimitError: 429"},
+            {"prompt_id": "ghz_02", "status": "error", "content": "partial"},
+            {"prompt_id": "ghz_03"},
+            {"prompt_id": "ghz_04", "generated_code": "x = 1", "finish_reason": "length"},
+            {"prompt_id": "ghz_05", "content": "", "status": 200},
+        ],
+    )
     runner = FakeRunner(categories={"ghz_04": "no_circuit", "ghz_05": "no_code"})
     result = run_replay(release, responses, tmp_path / "out", runner)
     assert [i.prompt_id for i in runner.items] == ["ghz_00", "ghz_04", "ghz_05"]
     assert runner.items[1].generated_code == "x = 1" and runner.items[1].content is None
     assert runner.items[0].target_metadata["num_qubits"] == 2
     cats = {e["prompt_id"]: e["category"] for e in result.evaluations}
-    assert cats == {"ghz_00": "ok", "ghz_01": "no_response", "ghz_02": "no_response",
-                    "ghz_03": "no_response", "ghz_04": "no_circuit", "ghz_05": "no_code"}
+    assert cats == {
+        "ghz_00": "ok",
+        "ghz_01": "no_response",
+        "ghz_02": "no_response",
+        "ghz_03": "no_response",
+        "ghz_04": "no_circuit",
+        "ghz_05": "no_code",
+    }
     errors = {e["prompt_id"]: e["error"] for e in result.evaluations}
     assert "RateLimitError: 429" in errors["ghz_01"] and "'error'" in errors["ghz_02"]
     s = result.summary
     assert s["infrastructure_failures"]["count"] == 3
     assert s["rates"]["execution"]["over_selected"]["denominator"] == 6
-    assert s["rates"]["execution"]["over_answered"] == {"count": 2, "denominator": 3,
-                                                        "rate": 0.666667}
+    assert s["rates"]["execution"]["over_answered"] == {
+        "count": 2,
+        "denominator": 3,
+        "rate": 0.666667,
+    }
     assert s["finish_reasons"]["stop"]["count"] == 1
     assert s["finish_reasons"]["(none)"]["count"] == 4
 
 
 def test_only_error_records_need_no_evaluator(release: Path, tmp_path: Path) -> None:
-    responses = write_responses(tmp_path / "responses.jsonl",
-                                [{"prompt_id": "ghz_00", "error": "boom"}])
+    responses = write_responses(
+        tmp_path / "responses.jsonl", [{"prompt_id": "ghz_00", "error": "boom"}]
+    )
     result = run_replay(release, responses, tmp_path / "out", ExplodingRunner())
     assert result.summary["categories"]["no_response"] == 1 and result.summary["image"] is None
 
 
-def test_writes_every_output_in_release_order_and_emits_events(release: Path,
-                                                               tmp_path: Path) -> None:
-    responses = write_responses(tmp_path / "responses.jsonl",
-                                [good(pid) for pid in reversed(IDS)])
+def test_writes_every_output_in_release_order_and_emits_events(
+    release: Path, tmp_path: Path
+) -> None:
+    responses = write_responses(tmp_path / "responses.jsonl", [good(pid) for pid in reversed(IDS)])
     events: list[Event] = []
     runner = FakeRunner(categories={"ghz_02": "syntax_error"}, not_evaluated=["ghz_05"])
     out = tmp_path / "out"
@@ -191,8 +248,7 @@ def test_writes_every_output_in_release_order_and_emits_events(release: Path,
     assert result.files["evaluations"] == out / EVALUATIONS_FILE
 
 
-def test_earlier_results_are_not_overwritten_unless_asked(release: Path,
-                                                          tmp_path: Path) -> None:
+def test_earlier_results_are_not_overwritten_unless_asked(release: Path, tmp_path: Path) -> None:
     responses = write_responses(tmp_path / "responses.jsonl", [good("ghz_00")])
     out = tmp_path / "out"
     out.mkdir()
@@ -208,23 +264,28 @@ def test_earlier_results_are_not_overwritten_unless_asked(release: Path,
     assert (out / "notes.txt").read_text() == "mine"
 
 
-def test_the_run_manifest_beside_the_responses_supplies_the_selection(release: Path,
-                                                                      tmp_path: Path) -> None:
+def test_the_run_manifest_beside_the_responses_supplies_the_selection(
+    release: Path, tmp_path: Path
+) -> None:
     from engine.release import load_release
 
     digest = load_release(release).digest
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     responses = write_responses(run_dir / "responses.jsonl", [good("ghz_01"), good("ghz_02")])
-    (run_dir / "run-manifest.json").write_text(json.dumps({
-        "release": {"digest": digest}, "selected_prompt_ids": ["ghz_01", "ghz_02", "ghz_04"]}))
+    (run_dir / "run-manifest.json").write_text(
+        json.dumps(
+            {"release": {"digest": digest}, "selected_prompt_ids": ["ghz_01", "ghz_02", "ghz_04"]}
+        )
+    )
     result = run_replay(release, responses, run_dir / "evaluation")
     cats = {e["prompt_id"]: e["category"] for e in result.evaluations}
     assert cats == {"ghz_01": "ok", "ghz_02": "ok", "ghz_04": "no_response"}
     assert result.summary["selection"]["source"] == "run-manifest.json"
     # A manifest of another release is not this run's: ignored.
-    (run_dir / "run-manifest.json").write_text(json.dumps({
-        "release": {"digest": "0" * 64}, "selected_prompt_ids": ["ghz_04"]}))
+    (run_dir / "run-manifest.json").write_text(
+        json.dumps({"release": {"digest": "0" * 64}, "selected_prompt_ids": ["ghz_04"]})
+    )
     result = run_replay(release, responses, run_dir / "evaluation", overwrite=True)
     assert [e["prompt_id"] for e in result.evaluations] == ["ghz_01", "ghz_02"]
 
@@ -237,23 +298,37 @@ def test_missing_responses_file_and_empty_file(release: Path, tmp_path: Path) ->
         run_replay(release, empty, tmp_path / "out", ExplodingRunner())
 
 
-def test_no_docker_engine_names_what_to_start(release: Path, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_docker_engine_names_what_to_start(
+    release: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such-docker.sock")
     responses = write_responses(tmp_path / "responses.jsonl", [good("ghz_00")])
-    with pytest.raises(DockerUnavailable, match=r"no Docker Engine reachable at unix://.*"
-                                                r"systemctl start docker.*DOCKER_HOST"):
+    with pytest.raises(
+        DockerUnavailable,
+        match=r"no Docker Engine reachable at unix://.*"
+        r"systemctl start docker.*DOCKER_HOST",
+    ):
         replay(release, responses, tmp_path / "out", acknowledge_code_execution=True)
     assert not (tmp_path / "out").exists()
     env = {**__import__("os").environ, "DOCKER_HOST": f"unix://{tmp_path}/no-such-docker.sock"}
-    result = cli("--batch", "replay", "--release-dir", str(release), "--responses",
-                 str(responses), "--output-dir", str(tmp_path / "out"),
-                 "--acknowledge-code-execution", env=env)
+    result = cli(
+        "--batch",
+        "replay",
+        "--release-dir",
+        str(release),
+        "--responses",
+        str(responses),
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--acknowledge-code-execution",
+        env=env,
+    )
     assert result.returncode == 2 and "systemctl start docker" in result.stderr
 
 
-def test_the_release_pins_the_evaluation_environment(release: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_release_pins_the_evaluation_environment(
+    release: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import engine.replay.replay as replay_module
 
     manifest = json.loads((release / "release.json").read_text())
@@ -267,8 +342,14 @@ def test_the_release_pins_the_evaluation_environment(release: Path, tmp_path: Pa
 
     monkeypatch.setattr(replay_module, "DockerEvaluatorRunner", fake_runner)
     responses = write_responses(tmp_path / "responses.jsonl", [good("ghz_00")])
-    replay(release, responses, tmp_path / "out", acknowledge_code_execution=True,
-           base_image="base:1", wheelhouse=tmp_path)
+    replay(
+        release,
+        responses,
+        tmp_path / "out",
+        acknowledge_code_execution=True,
+        base_image="base:1",
+        wheelhouse=tmp_path,
+    )
     assert made["requirements"] == ("qiskit==2.6.1", "numpy==2.4.6")
     assert made["base_image"] == "base:1" and made["wheelhouse"] == tmp_path
 
@@ -291,13 +372,21 @@ def test_build_context_holds_every_input_and_its_digest_covers_them(tmp_path: Pa
     wheels.mkdir()
     (wheels / "dill-0.4.1-py3-none-any.whl").write_bytes(b"not really a wheel")
     offline = BuildContext.assemble(wheelhouse=wheels)
-    digests = {default.digest("sha256:base"), pinned.digest("sha256:base"),
-               offline.digest("sha256:base"), default.digest("sha256:other-base")}
+    digests = {
+        default.digest("sha256:base"),
+        pinned.digest("sha256:base"),
+        offline.digest("sha256:base"),
+        default.digest("sha256:other-base"),
+    }
     assert len(digests) == 4
     with tarfile.open(fileobj=offline.tar()) as tar:
         members = tar.getnames()
-    assert {"Dockerfile", "requirements.txt", "wheelhouse",
-            "wheelhouse/dill-0.4.1-py3-none-any.whl"} <= set(members)
+    assert {
+        "Dockerfile",
+        "requirements.txt",
+        "wheelhouse",
+        "wheelhouse/dill-0.4.1-py3-none-any.whl",
+    } <= set(members)
     no_wheels = tmp_path / "no-wheels"
     no_wheels.mkdir()
     with pytest.raises(UsageError, match=r"holds no \.whl files"):

@@ -64,8 +64,12 @@ def items(*codes: str) -> list[EvaluationItem]:
     return [EvaluationItem(f"p{i}", None, code, {"n": i}) for i, code in enumerate(codes)]
 
 
-def run(command: list[str], its: list[EvaluationItem], env: dict[str, str] | None = None,
-        wall: float | None = None) -> tuple[Any, list[dict[str, Any]]]:
+def run(
+    command: list[str],
+    its: list[EvaluationItem],
+    env: dict[str, str] | None = None,
+    wall: float | None = None,
+) -> tuple[Any, list[dict[str, Any]]]:
     seen: list[dict[str, Any]] = []
     runner = LocalEvaluatorRunner(command, env=env, wall_clock_seconds=wall)
     return runner.run(its, EvaluatorConfig(timeout_seconds=5), seen.append), seen
@@ -81,7 +85,8 @@ def test_all_items_scored_in_one_session(standin: list[str]) -> None:
 
 
 def test_a_response_that_kills_the_evaluator_cannot_take_the_others_down(
-        standin: list[str]) -> None:
+    standin: list[str],
+) -> None:
     outcome, seen = run(standin, items("ok", "die", "ok", "ok"))
     assert sorted(outcome.evaluations) == ["p0", "p1", "p2", "p3"]
     killed = outcome.evaluations["p1"]
@@ -94,7 +99,8 @@ def test_a_response_that_kills_the_evaluator_cannot_take_the_others_down(
 
 
 def test_items_in_progress_together_are_retried_alone_to_find_the_culprit(
-        standin: list[str]) -> None:
+    standin: list[str],
+) -> None:
     outcome, _ = run(standin, items("ok", "ok", "ok", "die", "ok"), env={"PAIR": "1"})
     cats = {pid: ev["category"] for pid, ev in outcome.evaluations.items()}
     assert cats == {"p0": "ok", "p1": "ok", "p2": "ok", "p3": "execution_error", "p4": "ok"}
@@ -102,7 +108,8 @@ def test_items_in_progress_together_are_retried_alone_to_find_the_culprit(
 
 
 def test_the_wall_clock_limit_turns_the_rest_into_infrastructure_failures(
-        standin: list[str]) -> None:
+    standin: list[str],
+) -> None:
     t0 = time.monotonic()
     outcome, _ = run(standin, items("ok", "hang", "ok"), wall=3)
     assert time.monotonic() - t0 < 15
@@ -117,11 +124,13 @@ def test_forged_results_for_other_prompts_are_ignored(standin: list[str]) -> Non
 
 
 def test_an_evaluator_that_refuses_its_input_or_never_starts_is_an_error(
-        standin: list[str]) -> None:
+    standin: list[str],
+) -> None:
     with pytest.raises(EvaluatorFailed, match="refused its input: line 2: bad item"):
         run(standin, items("ok"), env={"MODE": "fatal"})
-    with pytest.raises(EvaluatorFailed,
-                       match=r"stopped before evaluating anything \(exit status 3"):
+    with pytest.raises(
+        EvaluatorFailed, match=r"stopped before evaluating anything \(exit status 3"
+    ):
         run(standin, items("ok"), env={"MODE": "crash"})
 
 
@@ -133,9 +142,11 @@ def test_duplicate_items_are_a_programming_error(standin: list[str]) -> None:
 def test_the_real_evaluator_speaks_the_protocol_on_the_host() -> None:
     meta = prompt_line("ghz_03", 3)["target_metadata"]
     reference = meta["reference_code"]
-    its = [EvaluationItem("right", f"Here it is:\n```python\n{reference}```\n", None, meta),
-           EvaluationItem("empty", "I cannot help with that.", None, meta),
-           EvaluationItem("crash", None, "raise SystemExit(3)", meta)]
+    its = [
+        EvaluationItem("right", f"Here it is:\n```python\n{reference}```\n", None, meta),
+        EvaluationItem("empty", "I cannot help with that.", None, meta),
+        EvaluationItem("crash", None, "raise SystemExit(3)", meta),
+    ]
     outcome = LocalEvaluatorRunner().run(its, EvaluatorConfig(timeout_seconds=10))
     cats = {pid: ev["category"] for pid, ev in outcome.evaluations.items()}
     assert cats["right"] == "ok" and cats["empty"] == "no_code"

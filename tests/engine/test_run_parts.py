@@ -23,9 +23,14 @@ ENV = {"GROQ_API_KEY": "gsk_test_key_value_0123456789"}
 
 
 def config(release_dir: Path, out: Path, **kw: Any) -> Any:
-    base: dict[str, Any] = dict(release_dir=release_dir, output_dir=out, provider="groq",
-                                model="m", acknowledge_prompt_export=True,
-                                retry_backoff_seconds=0.0)
+    base: dict[str, Any] = dict(
+        release_dir=release_dir,
+        output_dir=out,
+        provider="groq",
+        model="m",
+        acknowledge_prompt_export=True,
+        retry_backoff_seconds=0.0,
+    )
     base.update(kw)
     return make_config(**base)
 
@@ -36,9 +41,15 @@ def session_for(cfg: Any) -> Session:
 
 
 def test_backoff_takes_retry_after_up_to_its_cap_else_doubles_with_jitter(
-        release_dir: Path, tmp_path: Path) -> None:
-    cfg = config(release_dir, tmp_path / "run", retry_backoff_seconds=2.0,
-                 max_backoff_seconds=5.0, max_retry_after_seconds=30.0)
+    release_dir: Path, tmp_path: Path
+) -> None:
+    cfg = config(
+        release_dir,
+        tmp_path / "run",
+        retry_backoff_seconds=2.0,
+        max_backoff_seconds=5.0,
+        max_retry_after_seconds=30.0,
+    )
     assert backoff(cfg, 0, 7.0) == 7.0
     assert backoff(cfg, 0, 300.0) == 30.0
     for retries_done, ceiling in ((0, 2.0), (1, 4.0), (2, 5.0), (6, 5.0)):
@@ -47,14 +58,26 @@ def test_backoff_takes_retry_after_up_to_its_cap_else_doubles_with_jitter(
 
 
 def test_the_recorder_reads_a_redirected_reply_per_require_exact_model(
-        release_dir: Path, tmp_path: Path) -> None:
-    body = json.dumps({"id": "x", "model": "other-model", "choices": [
-        {"index": 0, "finish_reason": "stop",
-         "message": {"role": "assistant", "content": "print(1)"}}]}).encode()
+    release_dir: Path, tmp_path: Path
+) -> None:
+    body = json.dumps(
+        {
+            "id": "x",
+            "model": "other-model",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "print(1)"},
+                }
+            ],
+        }
+    ).encode()
     headers = {"content-type": "application/json"}
     for exact in (False, True):
-        session = session_for(config(release_dir, tmp_path / f"run-{exact}",
-                                     require_exact_model=exact))
+        session = session_for(
+            config(release_dir, tmp_path / f"run-{exact}", require_exact_model=exact)
+        )
         recorder = Recorder(session, adapter_for(session.plan.route), lambda event: None)
         outcome = recorder.read_reply(AttemptOutcome(), 200, headers, body)
         assert outcome.status == 200
@@ -69,16 +92,28 @@ def test_the_recorder_reads_a_redirected_reply_per_require_exact_model(
 
 
 def test_the_session_holds_a_batch_prompts_and_refuses_other_uncertain_ones(
-        release_dir: Path, tmp_path: Path) -> None:
+    release_dir: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "run"
     # An empty run (nothing sent), then two prompts left in flight as a crash would leave them.
-    run_live_model(config(release_dir, out, max_new=0),
-                   transport=httpx.MockTransport(lambda request: httpx.Response(500)), env=ENV)
+    run_live_model(
+        config(release_dir, out, max_new=0),
+        transport=httpx.MockTransport(lambda request: httpx.Response(500)),
+        env=ENV,
+    )
     ids = list(build_plan(config(release_dir, out)).prompt_ids)
     run_dir = RunDir(out)
     for pid in ids[:2]:
-        run_dir.write_record({"prompt_id": pid, "state": IN_FLIGHT, "attempt": 1,
-                              "attempts": 1, "request_sha256": "x", "last_error": None})
+        run_dir.write_record(
+            {
+                "prompt_id": pid,
+                "state": IN_FLIGHT,
+                "attempt": 1,
+                "attempts": 1,
+                "request_sha256": "x",
+                "last_error": None,
+            }
+        )
     resume = config(release_dir, out, resume=True)
     with pytest.raises(ResumeRefused, match="2 prompt"):
         session_for(resume).prepare()

@@ -20,13 +20,45 @@ from tests.fakes.faults import FaultScript, FaultServer
 from tests.helpers import write_release
 
 FAULTS = {
-    "openai": ("429", "429-ms", "429-date", "429-none", "500-html", "502-html", "503",
-               "200-error", "200-html", "close", "truncated", "truncated-json", "slow:1.3",
-               "padding", "empty", "length", "substitute"),
-    "anthropic": ("overloaded", "429", "500-html", "close", "truncated-json", "empty",
-                  "length", "substitute"),
-    "gemini": ("429", "overloaded", "500-html", "close", "truncated", "blocked", "length",
-               "substitute"),
+    "openai": (
+        "429",
+        "429-ms",
+        "429-date",
+        "429-none",
+        "500-html",
+        "502-html",
+        "503",
+        "200-error",
+        "200-html",
+        "close",
+        "truncated",
+        "truncated-json",
+        "slow:1.3",
+        "padding",
+        "empty",
+        "length",
+        "substitute",
+    ),
+    "anthropic": (
+        "overloaded",
+        "429",
+        "500-html",
+        "close",
+        "truncated-json",
+        "empty",
+        "length",
+        "substitute",
+    ),
+    "gemini": (
+        "429",
+        "overloaded",
+        "500-html",
+        "close",
+        "truncated",
+        "blocked",
+        "length",
+        "substitute",
+    ),
 }
 SUCCESS_SHAPED = {"padding", "empty", "length", "substitute", "blocked"}
 
@@ -34,8 +66,9 @@ SUCCESS_SHAPED = {"padding", "empty", "length", "substitute", "blocked"}
 def soak(tmp_path: Path, wire: str, prompts: int, concurrency: int, rate: float) -> str:
     release_dir = write_release(tmp_path / f"release-{wire}", count=prompts)
     release = load_release(release_dir)
-    script = FaultScript.for_release(release, fault_rate=rate, fault_kinds=FAULTS[wire],
-                                     seed=prompts)
+    script = FaultScript.for_release(
+        release, fault_rate=rate, fault_kinds=FAULTS[wire], seed=prompts
+    )
     out = tmp_path / f"run-{wire}"
     provider = {"openai": "local", "anthropic": "anthropic", "gemini": "gemini"}[wire]
     with FaultServer(script) as server:
@@ -44,11 +77,20 @@ def soak(tmp_path: Path, wire: str, prompts: int, concurrency: int, rate: float)
             base = base.removesuffix("/v1")
         elif wire == "gemini":
             base = base.removesuffix("/v1") + "/v1beta"
-        cfg = make_config(release_dir=release_dir, output_dir=out, provider=provider,
-                          base_url=base, model="test-model", no_auth=True,
-                          acknowledge_prompt_export=True, concurrency=concurrency,
-                          max_retries=8, retry_backoff_seconds=0.01, max_backoff_seconds=0.05,
-                          request_timeout_seconds=1.0)
+        cfg = make_config(
+            release_dir=release_dir,
+            output_dir=out,
+            provider=provider,
+            base_url=base,
+            model="test-model",
+            no_auth=True,
+            acknowledge_prompt_export=True,
+            concurrency=concurrency,
+            max_retries=8,
+            retry_backoff_seconds=0.01,
+            max_backoff_seconds=0.05,
+            request_timeout_seconds=1.0,
+        )
         started = time.monotonic()
         summary = run_live_model(cfg).to_dict()
         wall = time.monotonic() - started
@@ -74,12 +116,14 @@ def soak(tmp_path: Path, wire: str, prompts: int, concurrency: int, rate: float)
         assert n == 1, pid
     hard = sum(1 for s in seen if s.behaviour not in SUCCESS_SHAPED and s.behaviour != "ok")
     rc = summary["rate_control"]
-    figure = (f"soak[{wire}]: {prompts} prompts at concurrency {concurrency}, {len(seen)} "
-              f"requests, {faults} faults injected ({hard} failing), "
-              f"{summary['success']} success, {summary['error']} terminal errors, "
-              f"{lost} lost, {duplicated} duplicated; {rc['throttled_answers']} 429s "
-              f"({rc['isolated_429s']} isolated, {rc['limit_429s']} taken as a limit); "
-              f"{wall:.1f} s")
+    figure = (
+        f"soak[{wire}]: {prompts} prompts at concurrency {concurrency}, {len(seen)} "
+        f"requests, {faults} faults injected ({hard} failing), "
+        f"{summary['success']} success, {summary['error']} terminal errors, "
+        f"{lost} lost, {duplicated} duplicated; {rc['throttled_answers']} 429s "
+        f"({rc['isolated_429s']} isolated, {rc['limit_429s']} taken as a limit); "
+        f"{wall:.1f} s"
+    )
     print(figure)
     return figure
 

@@ -24,8 +24,9 @@ from engine.replay.evaluations import (
 _EXECUTED = {"no_circuit", "width_mismatch", "gate_type_mismatch", "gate_count_mismatch", "ok"}
 
 
-def make_eval(pid: str, category: str = "ok", *, version: str = "0.1.0",
-              qiskit: str = "2.6.2", **fields: Any) -> dict[str, Any]:
+def make_eval(
+    pid: str, category: str = "ok", *, version: str = "0.1.0", qiskit: str = "2.6.2", **fields: Any
+) -> dict[str, Any]:
     """A canonical evaluation as the evaluator writes it, consistent with its category."""
     if category in ("no_response", "not_evaluated"):
         return infrastructure_evaluation(pid, category, "test", **fields)
@@ -33,12 +34,18 @@ def make_eval(pid: str, category: str = "ok", *, version: str = "0.1.0",
     found = executed and category != "no_circuit"
     ok = category == "ok"
     ev: dict[str, Any] = {
-        "prompt_id": pid, "category": category, "execution_ok": executed,
-        "circuit_found": found, "structural_match": ok,
+        "prompt_id": pid,
+        "category": category,
+        "execution_ok": executed,
+        "circuit_found": found,
+        "structural_match": ok,
         "width_match": found and category != "width_mismatch",
         "gate_types_match": ok or category == "gate_count_mismatch",
-        "gate_counts_match": ok, "qasm3_ok": found, "equivalent": ok if found else None,
-        "error": None if executed else f"{category}: test", "duration_ms": 5,
+        "gate_counts_match": ok,
+        "qasm3_ok": found,
+        "equivalent": ok if found else None,
+        "error": None if executed else f"{category}: test",
+        "duration_ms": 5,
         "evaluator_version": version,
         "environment": {"python": "3.11.2", "qiskit": qiskit, "qiskit_aer": "0.18.2"},
     }
@@ -47,24 +54,34 @@ def make_eval(pid: str, category: str = "ok", *, version: str = "0.1.0",
 
 
 def mixed() -> list[dict[str, Any]]:
-    return [make_eval("a"), make_eval("b"), make_eval("c", "execution_error"),
-            make_eval("d", "gate_count_mismatch"), make_eval("e", "no_response")]
+    return [
+        make_eval("a"),
+        make_eval("b"),
+        make_eval("c", "execution_error"),
+        make_eval("d", "gate_count_mismatch"),
+        make_eval("e", "no_response"),
+    ]
 
 
 def test_rates_over_selected_and_over_answered() -> None:
     s = summarize(mixed())
     assert (s["selected"], s["answered"]) == (5, 4)
-    assert s["rates"]["execution"]["over_selected"] == {"count": 3, "denominator": 5,
-                                                        "rate": 0.6}
-    assert s["rates"]["execution"]["over_answered"] == {"count": 3, "denominator": 4,
-                                                        "rate": 0.75}
+    assert s["rates"]["execution"]["over_selected"] == {"count": 3, "denominator": 5, "rate": 0.6}
+    assert s["rates"]["execution"]["over_answered"] == {"count": 3, "denominator": 4, "rate": 0.75}
     assert s["rates"]["structural_match"]["over_selected"]["count"] == 2
-    assert s["rates"]["qasm3_export"]["over_answered"] == {"count": 3, "denominator": 4,
-                                                           "rate": 0.75}
+    assert s["rates"]["qasm3_export"]["over_answered"] == {
+        "count": 3,
+        "denominator": 4,
+        "rate": 0.75,
+    }
     assert s["rates"]["equivalence"]["over_selected"]["count"] == 2
     assert s["rates"]["equivalence"]["not_checked"] == 1  # the execution error
-    assert s["infrastructure_failures"] == {"count": 1, "denominator": 5, "rate": 0.2,
-                                            "by_category": {"no_response": 1}}
+    assert s["infrastructure_failures"] == {
+        "count": 1,
+        "denominator": 5,
+        "rate": 0.2,
+        "by_category": {"no_response": 1},
+    }
     assert list(s["categories"]) == list(CATEGORIES)
     assert s["categories"]["ok"] == 2 and s["categories"]["no_response"] == 1
     assert sum(s["categories"].values()) == 5
@@ -76,28 +93,34 @@ def test_a_selected_prompt_without_evaluation_is_missing_not_dropped() -> None:
     s = summarize(mixed(), selected=["a", "b", "zz"])
     assert s["selected"] == 3 and s["answered"] == 2
     assert s["categories"]["missing"] == 1
-    assert s["rates"]["execution"]["over_selected"] == {"count": 2, "denominator": 3,
-                                                        "rate": 0.666667}
+    assert s["rates"]["execution"]["over_selected"] == {
+        "count": 2,
+        "denominator": 3,
+        "rate": 0.666667,
+    }
     assert s["infrastructure_failures"]["by_category"] == {"missing": 1}
 
 
 def test_empty_denominators_have_no_rate() -> None:
     s = summarize([make_eval("a", "no_response")])
-    assert s["rates"]["execution"]["over_answered"] == {"count": 0, "denominator": 0,
-                                                        "rate": None}
+    assert s["rates"]["execution"]["over_answered"] == {"count": 0, "denominator": 0, "rate": None}
     assert s["evaluator_version"] is None
     assert "0/0 -" in render_summary(s, "text")
 
 
 def test_finish_reasons_break_down_outcomes() -> None:
-    evs = [make_eval("a", finish_reason="stop"), make_eval("b", "syntax_error",
-                                                           finish_reason="length"),
-           make_eval("c", finish_reason="stop"), make_eval("d", "no_response")]
+    evs = [
+        make_eval("a", finish_reason="stop"),
+        make_eval("b", "syntax_error", finish_reason="length"),
+        make_eval("c", finish_reason="stop"),
+        make_eval("d", "no_response"),
+    ]
     s = summarize(evs)
     assert s["finish_reasons"] == {
         "(none)": {"count": 1, "execution": 0, "structural_match": 0},
         "length": {"count": 1, "execution": 0, "structural_match": 0},
-        "stop": {"count": 2, "execution": 2, "structural_match": 2}}
+        "stop": {"count": 2, "execution": 2, "structural_match": 2},
+    }
     assert "finish reasons" in render_summary(s, "text")
 
 
@@ -128,10 +151,14 @@ def test_renderings_carry_the_same_numbers() -> None:
 
 
 def test_paired_differences_and_mcnemar() -> None:
-    cand = {e["prompt_id"]: e for e in [make_eval("a"), make_eval("b"),
-                                        make_eval("c", "execution_error")]}
-    row = {e["prompt_id"]: e for e in [make_eval("a"), make_eval("b", "width_mismatch"),
-                                       make_eval("c")]}
+    cand = {
+        e["prompt_id"]: e
+        for e in [make_eval("a"), make_eval("b"), make_eval("c", "execution_error")]
+    }
+    row = {
+        e["prompt_id"]: e
+        for e in [make_eval("a"), make_eval("b", "width_mismatch"), make_eval("c")]
+    }
     p = paired(cand, row, ["a", "b", "c", "d"], "structural_match")
     assert (p["both"], p["candidate_only"], p["row_only"], p["neither"]) == (1, 1, 1, 1)
     assert p["candidate_only_ids"] == ["b"] and p["row_only_ids"] == ["c"]
@@ -141,16 +168,20 @@ def test_paired_differences_and_mcnemar() -> None:
     assert mcnemar_exact_p(10, 2) == mcnemar_exact_p(2, 10) == pytest.approx(0.038574, abs=1e-6)
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    (b"{not json", r":2: not a JSON line"),
-    (b"[1, 2]", r":2: expected a JSON object"),
-    (b'{"category": "ok"}', r":2: no prompt_id"),
-    (b'{"prompt_id": "a", "category": "ok"}', r":2: prompt 'a' repeats line 1"),
-    (b'{"prompt_id": "zz", "category": "ok"}', r":2: prompt 'zz' is not in the release"),
-    (b'{"prompt_id": "b", "category": "great"}', r":2: unknown category 'great'"),
-])
-def test_an_unusable_evaluation_line_refuses_the_file(tmp_path: Path, line: bytes,
-                                                      message: str) -> None:
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b"{not json", r":2: not a JSON line"),
+        (b"[1, 2]", r":2: expected a JSON object"),
+        (b'{"category": "ok"}', r":2: no prompt_id"),
+        (b'{"prompt_id": "a", "category": "ok"}', r":2: prompt 'a' repeats line 1"),
+        (b'{"prompt_id": "zz", "category": "ok"}', r":2: prompt 'zz' is not in the release"),
+        (b'{"prompt_id": "b", "category": "great"}', r":2: unknown category 'great'"),
+    ],
+)
+def test_an_unusable_evaluation_line_refuses_the_file(
+    tmp_path: Path, line: bytes, message: str
+) -> None:
     path = tmp_path / "e.jsonl"
     path.write_bytes(json.dumps(make_eval("a")).encode() + b"\n" + line + b"\n")
     with pytest.raises(InputError, match=message):

@@ -136,9 +136,25 @@ def test_namespace_holds_exactly_the_preloaded_names() -> None:
     """Rule 2: the namespace's names, its registers and parameters (no `__name__`)."""
     namespace = pqid_bench.build_namespace(3, 2)
     assert set(namespace) == {
-        "__builtins__", "np", "numpy", "math", "pi", "QuantumCircuit", "QuantumRegister",
-        "ClassicalRegister", "Parameter", "ParameterVector", "qr", "q", "cr", "c", "theta",
-        "phi", "lam", "gamma", "beta",
+        "__builtins__",
+        "np",
+        "numpy",
+        "math",
+        "pi",
+        "QuantumCircuit",
+        "QuantumRegister",
+        "ClassicalRegister",
+        "Parameter",
+        "ParameterVector",
+        "qr",
+        "q",
+        "cr",
+        "c",
+        "theta",
+        "phi",
+        "lam",
+        "gamma",
+        "beta",
     }
     assert namespace["qr"] is namespace["q"] and namespace["cr"] is namespace["c"]
     assert (namespace["qr"].name, namespace["qr"].size) == ("q", 3)
@@ -152,8 +168,19 @@ def test_safe_builtins_are_exactly_the_whitelist() -> None:
     table = pqid_bench.safe_builtins()
     assert set(table) == {*pqid_bench.SAFE_BUILTINS, "print", "__import__"}
     assert "reversed" in table and "print" in table
-    for absent in ("__build_class__", "open", "eval", "exec", "getattr", "isinstance", "str",
-                   "type", "sorted", "globals", "Exception"):
+    for absent in (
+        "__build_class__",
+        "open",
+        "eval",
+        "exec",
+        "getattr",
+        "isinstance",
+        "str",
+        "type",
+        "sorted",
+        "globals",
+        "Exception",
+    ):
         assert absent not in table
     assert table["print"]("anything", end="", file=None) is None
 
@@ -197,16 +224,24 @@ def test_target_context_choice_weighs_qubits_clbits_and_gates() -> None:
 
 # -- 6. the signature -------------------------------------------------------------------------
 
-TARGET = {"num_qubits": 2, "num_clbits": 2, "gate_count": 4,
-          "gate_types": {"h": 1, "cx": 1, "measure": 2}}
+TARGET = {
+    "num_qubits": 2,
+    "num_clbits": 2,
+    "gate_count": 4,
+    "gate_types": {"h": 1, "cx": 1, "measure": 2},
+}
 
 
 def test_signature_is_four_checks() -> None:
     """Rule 6: qubits, clbits, the complete count map and the scalar gate count."""
     result = signature(facts("qc", 2, 2, h=1, cx=1, measure=2), TARGET)
-    assert result["checks"] == {"num_qubits_match": True, "num_clbits_match": True,
-                                "gate_count_match": True, "gate_types_match": True,
-                                "all_match": True}
+    assert result["checks"] == {
+        "num_qubits_match": True,
+        "num_clbits_match": True,
+        "gate_count_match": True,
+        "gate_types_match": True,
+        "all_match": True,
+    }
     result = signature(facts("qc", 2, 3, h=1, cx=1, measure=2), TARGET)
     assert not result["checks"]["num_clbits_match"] and not result["checks"]["all_match"]
 
@@ -233,9 +268,16 @@ def test_count_map_is_lower_cased_and_zero_is_absent() -> None:
 def test_only_this_contract_produces_clbit_mismatch() -> None:
     """Category taxonomy: `clbit_mismatch` comes after `width_mismatch`, before gate types."""
     assert CATEGORIES.index("clbit_mismatch") == CATEGORIES.index("width_mismatch") + 1
-    flags = dict(has_code=True, compiled=True, timed_out=False, execution_ok=True,
-                 circuit_found=True, width_match=True, gate_types_match=False,
-                 gate_counts_match=False)
+    flags = dict(
+        has_code=True,
+        compiled=True,
+        timed_out=False,
+        execution_ok=True,
+        circuit_found=True,
+        width_match=True,
+        gate_types_match=False,
+        gate_counts_match=False,
+    )
     assert categorize(**flags) == "gate_type_mismatch"  # the project's rules never ask
     assert categorize(**flags, clbits_match=False) == "clbit_mismatch"
     assert categorize(**{**flags, "width_match": False}, clbits_match=False) == "width_mismatch"
@@ -244,8 +286,12 @@ def test_only_this_contract_produces_clbit_mismatch() -> None:
 # -- the contract through the real evaluator --------------------------------------------------
 
 BELL = "qc = QuantumCircuit(2, 2)\nqc.h(0)\nqc.cx(0, 1)\nqc.measure([0, 1], [0, 1])\n"
-UNITARY_TARGET = {"num_qubits": 2, "num_clbits": 0, "gate_count": 2,
-                  "gate_types": {"h": 1, "cx": 1}}
+UNITARY_TARGET = {
+    "num_qubits": 2,
+    "num_clbits": 0,
+    "gate_count": 2,
+    "gate_types": {"h": 1, "cx": 1},
+}
 FIVE_TARGET = {"num_qubits": 5, "num_clbits": 0, "gate_count": 1, "gate_types": {"h": 1}}
 BARRIER_TARGET = {**TARGET, "gate_types": {"h": 1, "cx": 1, "barrier": 1, "measure": 2}}
 ESCAPE = 'real = QuantumCircuit.__init__.__globals__["__builtins__"]\n'
@@ -255,42 +301,69 @@ CASES: dict[str, tuple[str | None, str | None, dict[str, Any]]] = {
     "preloaded": (BELL, None, TARGET),
     "preloaded_registers": (
         "qc = QuantumCircuit(qr, cr)\nqc.h(0)\nqc.cx(0, 1)\nqc.measure(qr[0], cr[0])\n"
-        "qc.measure(qr[1], cr[1])\n", None, TARGET),
+        "qc.measure(qr[1], cr[1])\n",
+        None,
+        TARGET,
+    ),
     "silent_print": (BELL + "print('hello', qc)\nprint(end='', file=None)\n", None, TARGET),
-    "reversed": ("qc = QuantumCircuit(2, 2)\nqc.h(0)\nqc.cx(0, 1)\n"
-                 "for i in reversed(range(2)):\n    qc.measure(i, i)\n", None, TARGET),
+    "reversed": (
+        "qc = QuantumCircuit(2, 2)\nqc.h(0)\nqc.cx(0, 1)\n"
+        "for i in reversed(range(2)):\n    qc.measure(i, i)\n",
+        None,
+        TARGET,
+    ),
     "sorted_absent": ("order = sorted([1, 0])\n" + BELL, None, TARGET),
     "class_statement": ("class Helper:\n    pass\n" + BELL, None, TARGET),
     "import_os": ("import os\n" + BELL, None, TARGET),
     "import_aer": ("from qiskit_aer import AerSimulator\n" + BELL, None, TARGET),
-    "import_allowed": ("import math\nimport numpy.linalg\nfrom qiskit import QuantumCircuit\n"
-                       "from qiskit.circuit.library import HGate\n" + BELL, None, TARGET),
+    "import_allowed": (
+        "import math\nimport numpy.linalg\nfrom qiskit import QuantumCircuit\n"
+        "from qiskit.circuit.library import HGate\n" + BELL,
+        None,
+        TARGET,
+    ),
     "relative_import": ("from . import helpers\n" + BELL, None, TARGET),
     "no_dunder_name": (BELL + 'if __name__ == "__main__":\n    pass\n', None, TARGET),
-    "postponed_annotations": ("def build(n: Undefined) -> str:\n    return n\n" + BELL, None,
-                              TARGET),
+    "postponed_annotations": (
+        "def build(n: Undefined) -> str:\n    return n\n" + BELL,
+        None,
+        TARGET,
+    ),
     "syntax": ("qc = QuantumCircuit(2,\n", None, TARGET),
     "indentation": ("if True:\nqc = QuantumCircuit(2)\n", None, TARGET),
     "empty_fence": ("```python\n```", None, TARGET),
     "content_fallback": ("", f"Here:\n```python\n{BELL}```\n", TARGET),
     "blank_generated_code": ("   ", BELL, TARGET),
-    "two_circuits": ("zz = QuantumCircuit(2, 2)\nzz.h(0)\nzz.cx(0, 1)\nzz.measure([0, 1], [0, 1])"
-                     "\naa = QuantumCircuit(3)\n", None, TARGET),
-    "function_not_called": ("def build():\n" + textwrap.indent(BELL + "return qc\n", "    "),
-                            None, TARGET),
+    "two_circuits": (
+        "zz = QuantumCircuit(2, 2)\nzz.h(0)\nzz.cx(0, 1)\nzz.measure([0, 1], [0, 1])"
+        "\naa = QuantumCircuit(3)\n",
+        None,
+        TARGET,
+    ),
+    "function_not_called": (
+        "def build():\n" + textwrap.indent(BELL + "return qc\n", "    "),
+        None,
+        TARGET,
+    ),
     "clbits": (BELL.replace("(2, 2)", "(2, 3)"), None, TARGET),
-    "barrier_kept": (BELL.replace("qc.measure", "qc.barrier()\nqc.measure"), None,
-                     BARRIER_TARGET),
+    "barrier_kept": (BELL.replace("qc.measure", "qc.barrier()\nqc.measure"), None, BARRIER_TARGET),
     "barrier_missing": (BELL, None, BARRIER_TARGET),
     "upper_case_target": (BELL, None, {**TARGET, "gate_types": {"H": 1, "CX": 1, "MEASURE": 2}}),
-    "qasm3_refused": ("sub = QuantumCircuit(2, 2, name='hm')\nsub.h(0)\nsub.measure(0, 0)\n"
-                      "qc = QuantumCircuit(2, 2)\nqc.append(sub.to_instruction(), [0, 1], [0, 1])"
-                      "\n", None, TARGET),
+    "qasm3_refused": (
+        "sub = QuantumCircuit(2, 2, name='hm')\nsub.h(0)\nsub.measure(0, 0)\n"
+        "qc = QuantumCircuit(2, 2)\nqc.append(sub.to_instruction(), [0, 1], [0, 1])"
+        "\n",
+        None,
+        TARGET,
+    ),
     "statevector_ok": ("qc = QuantumCircuit(2)\nqc.h(0)\nqc.cx(0, 1)\n", None, UNITARY_TARGET),
     "statevector_measure": (BELL, None, TARGET),
     "statevector_wide": ("qc = QuantumCircuit(5)\nqc.h(0)\n", None, FIVE_TARGET),
-    "statevector_unbound": ("qc = QuantumCircuit(2)\nqc.rx(theta, 0)\nqc.cx(0, 1)\n", None,
-                            UNITARY_TARGET),
+    "statevector_unbound": (
+        "qc = QuantumCircuit(2)\nqc.rx(theta, 0)\nqc.cx(0, 1)\n",
+        None,
+        UNITARY_TARGET,
+    ),
     "odd_metadata": (BELL + "qc.metadata = {'seen': {1, 2}, 'why': ...}\n", None, TARGET),
     "lying_subclass": (
         ESCAPE + "make = real['type']\n"
@@ -300,25 +373,40 @@ CASES: dict[str, tuple[str | None, str | None, dict[str, Any]]] = {
         "'num_qubits': real['property'](lambda self: Always()),"
         " 'num_clbits': real['property'](lambda self: Always()),"
         " 'count_ops': lambda self: {'h': 1, 'cx': 1, 'measure': 2}})\n"
-        "qc = Liar(1)\nqc.x(0)\n", None, TARGET),
+        "qc = Liar(1)\nqc.x(0)\n",
+        None,
+        TARGET,
+    ),
 }
 
 
 def _job() -> dict[str, dict[str, Any]]:
     lines = [{"type": "config", "contract": CONTRACT_PQID_BENCH}]
     for prompt_id, (code, content, target) in CASES.items():
-        lines.append({"type": "item", "prompt_id": prompt_id, "content": content,
-                      "generated_code": code, "target_metadata": target})
+        lines.append(
+            {
+                "type": "item",
+                "prompt_id": prompt_id,
+                "content": content,
+                "generated_code": code,
+                "target_metadata": target,
+            }
+        )
     proc = subprocess.run(
         [sys.executable, "-m", "evaluator", "serve"],
         input="".join(json.dumps(line) + "\n" for line in lines),
-        capture_output=True, text=True, timeout=300, cwd="/tmp", start_new_session=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/tmp",
+        start_new_session=True,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     messages = [json.loads(line) for line in proc.stdout.splitlines()]
-    return {m["evaluation"]["prompt_id"]: m["evaluation"] for m in messages
-            if m["type"] == "evaluation"}
+    return {
+        m["evaluation"]["prompt_id"]: m["evaluation"] for m in messages if m["type"] == "evaluation"
+    }
 
 
 @pytest.fixture(scope="module")
@@ -331,10 +419,22 @@ def test_every_evaluation_names_its_contract_and_canonical_fields(
 ) -> None:
     """Canonical fields: the contract, its predicate and every field PQID-Bench users read."""
     assert set(scored) == set(CASES)
-    wanted = {"report_executable", "report_assembly_admissible", "report_signature_match",
-              "num_qubits_match", "num_clbits_match", "gate_count_match", "gate_types_match",
-              "selected_circuit_name", "execution_error_type", "empty_generation",
-              "circuit_count", "execution_mode", "simulation", "target_context_recovery"}
+    wanted = {
+        "report_executable",
+        "report_assembly_admissible",
+        "report_signature_match",
+        "num_qubits_match",
+        "num_clbits_match",
+        "gate_count_match",
+        "gate_types_match",
+        "selected_circuit_name",
+        "execution_error_type",
+        "empty_generation",
+        "circuit_count",
+        "execution_mode",
+        "simulation",
+        "target_context_recovery",
+    }
     for ev in scored.values():
         assert ev["contract"] == CONTRACT_PQID_BENCH and ev["predicate"] == PREDICATE_PQID_BENCH
         assert wanted <= set(ev), wanted - set(ev)
@@ -416,8 +516,12 @@ def test_empty_generation(scored: dict[str, dict[str, Any]]) -> None:
         ev = scored[prompt_id]
         assert ev["empty_generation"] is True and ev["category"] == "no_code"
         assert ev["execution_error_type"] == "EmptyGeneration"
-        assert ev["simulation"] == {"eligible": False, "success": False,
-                                    "skip_reason": "empty_generation", "error_type": None}
+        assert ev["simulation"] == {
+            "eligible": False,
+            "success": False,
+            "skip_reason": "empty_generation",
+            "error_type": None,
+        }
         assert ev["target_context_recovery"]["execution_error_type"] == "EmptyGeneration"
         assert not ev["report_assembly_admissible"]
 
@@ -478,12 +582,22 @@ def test_assembly_is_qasm3_export(scored: dict[str, dict[str, Any]]) -> None:
     ("prompt_id", "simulation"),
     [
         ("statevector_ok", {"eligible": True, "success": True, "skip_reason": None}),
-        ("statevector_measure",
-         {"eligible": False, "success": False, "skip_reason": "non_unitary_or_classical:measure"}),
-        ("statevector_wide",
-         {"eligible": False, "success": False, "skip_reason": "too_many_qubits"}),
-        ("statevector_unbound",
-         {"eligible": False, "success": False, "skip_reason": "unbound_parameters"}),
+        (
+            "statevector_measure",
+            {
+                "eligible": False,
+                "success": False,
+                "skip_reason": "non_unitary_or_classical:measure",
+            },
+        ),
+        (
+            "statevector_wide",
+            {"eligible": False, "success": False, "skip_reason": "too_many_qubits"},
+        ),
+        (
+            "statevector_unbound",
+            {"eligible": False, "success": False, "skip_reason": "unbound_parameters"},
+        ),
     ],
 )
 def test_small_circuit_statevector_check(
@@ -512,17 +626,28 @@ def test_metadata_qpy_cannot_store_does_not_change_the_verdict(
 # -- the archived study: whole models scored as frozen ----------------------------------------
 
 STUDY = "artifacts/external_model_batches_154"
-ENDPOINTS = ("report_executable", "report_assembly_admissible", "report_signature_match",
-             "num_qubits_match", "num_clbits_match", "gate_count_match", "gate_types_match",
-             "selected_circuit_name", "execution_error_type", "circuit_count", "empty_generation")
+ENDPOINTS = (
+    "report_executable",
+    "report_assembly_admissible",
+    "report_signature_match",
+    "num_qubits_match",
+    "num_clbits_match",
+    "gate_count_match",
+    "gate_types_match",
+    "selected_circuit_name",
+    "execution_error_type",
+    "circuit_count",
+    "empty_generation",
+)
 
 
 def _frozen_verdict(record: dict[str, Any]) -> dict[str, Any]:
     """A harness-report record's verdict in the canonical fields."""
     execution, checks = record["execution"], record.get("structural_checks") or {}
     return {
-        "report_executable": bool(execution.get("execution_success")
-                                  and execution.get("circuit_found")),
+        "report_executable": bool(
+            execution.get("execution_success") and execution.get("circuit_found")
+        ),
         "report_assembly_admissible": bool((execution.get("qasm3_export") or {}).get("success")),
         "report_signature_match": bool(checks.get("all_match")),
         **{key: bool(checks.get(key)) for key in ENDPOINTS[3:7]},
@@ -540,35 +665,67 @@ def _frozen_verdict(record: dict[str, Any]) -> dict[str, Any]:
 def test_archived_responses_score_as_frozen(pqid_bench: Any, slug: str) -> None:
     """Every rule together: a frozen model's 154 archived responses get its frozen verdicts."""
     evidence = Path(pqid_bench.evidence)
-    prompts = [json.loads(line) for line in (
-        evidence / "artifacts/test_split_154/pqid_bench_external_generation_prompts_154.jsonl"
-    ).read_text(encoding="utf-8").splitlines() if line.strip()]
+    prompts = [
+        json.loads(line)
+        for line in (
+            evidence / "artifacts/test_split_154/pqid_bench_external_generation_prompts_154.jsonl"
+        )
+        .read_text(encoding="utf-8")
+        .splitlines()
+        if line.strip()
+    ]
     responses = {}
-    for line in (evidence / STUDY / "responses" / f"{slug}_responses.jsonl").read_text(
-            encoding="utf-8").splitlines():
+    for line in (
+        (evidence / STUDY / "responses" / f"{slug}_responses.jsonl")
+        .read_text(encoding="utf-8")
+        .splitlines()
+    ):
         if line.strip():
             response = json.loads(line)
             responses[response["prompt_id"]] = response
-    report = json.loads((evidence / STUDY / "evaluations" / slug /
-                         "pqid_bench_external_model_generation_harness_report.json").read_text())
+    report = json.loads(
+        (
+            evidence
+            / STUDY
+            / "evaluations"
+            / slug
+            / "pqid_bench_external_model_generation_harness_report.json"
+        ).read_text()
+    )
     frozen = {record["prompt_id"]: _frozen_verdict(record) for record in report["records"]}
     lines = [{"type": "config", "contract": CONTRACT_PQID_BENCH}] + [
-        {"type": "item", "prompt_id": p["prompt_id"], "content": None,
-         "generated_code": responses[p["prompt_id"]]["generated_code"],
-         "target_metadata": p["target_metadata"]} for p in prompts]
+        {
+            "type": "item",
+            "prompt_id": p["prompt_id"],
+            "content": None,
+            "generated_code": responses[p["prompt_id"]]["generated_code"],
+            "target_metadata": p["target_metadata"],
+        }
+        for p in prompts
+    ]
     proc = subprocess.run(
         [sys.executable, "-m", "evaluator", "serve"],
         input="".join(json.dumps(line) + "\n" for line in lines),
-        capture_output=True, text=True, timeout=600, cwd="/tmp", start_new_session=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd="/tmp",
+        start_new_session=True,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    scored = {m["evaluation"]["prompt_id"]: m["evaluation"]
-              for m in map(json.loads, proc.stdout.splitlines()) if m["type"] == "evaluation"}
+    scored = {
+        m["evaluation"]["prompt_id"]: m["evaluation"]
+        for m in map(json.loads, proc.stdout.splitlines())
+        if m["type"] == "evaluation"
+    }
     assert len(scored) == len(frozen) == 154
     disagreements = {
-        pid: {key: (want[key], scored[pid].get(key)) for key in ENDPOINTS
-              if scored[pid].get(key) != want[key]}
+        pid: {
+            key: (want[key], scored[pid].get(key))
+            for key in ENDPOINTS
+            if scored[pid].get(key) != want[key]
+        }
         for pid, want in frozen.items()
     }
     assert {pid: d for pid, d in disagreements.items() if d} == {}

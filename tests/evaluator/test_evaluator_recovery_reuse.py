@@ -86,12 +86,23 @@ ITEMS: dict[str, tuple[str, dict[str, Any]]] = {
 def served() -> dict[str, dict[str, Any]]:
     lines: list[dict[str, Any]] = [{"type": "config", "contract": CONTRACT_PQID_BENCH}]
     for prompt_id, (code, target) in ITEMS.items():
-        lines.append({"type": "item", "prompt_id": prompt_id, "content": None,
-                      "generated_code": code, "target_metadata": target})
+        lines.append(
+            {
+                "type": "item",
+                "prompt_id": prompt_id,
+                "content": None,
+                "generated_code": code,
+                "target_metadata": target,
+            }
+        )
     proc = subprocess.run(
         [sys.executable, "-m", "evaluator", "serve"],
         input="".join(json.dumps(line) + "\n" for line in lines),
-        capture_output=True, text=True, timeout=300, cwd="/tmp", start_new_session=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/tmp",
+        start_new_session=True,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -118,8 +129,10 @@ def test_context_free_code_runs_once_and_recovery_chooses_again(
 def test_reused_recovery_equals_a_real_second_run(served: dict[str, dict[str, Any]]) -> None:
     read = served["read_two_circuits"]
     assert not _reused(read) and read["timing"]["recovery_child_ms"] is not None
-    assert (served["free_two_circuits"]["evaluation"]["target_context_recovery"]
-            == read["evaluation"]["target_context_recovery"])
+    assert (
+        served["free_two_circuits"]["evaluation"]["target_context_recovery"]
+        == read["evaluation"]["target_context_recovery"]
+    )
 
 
 def test_code_reading_the_context_runs_twice(served: dict[str, dict[str, Any]]) -> None:

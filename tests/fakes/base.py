@@ -26,29 +26,64 @@ def messages_key(messages: Any) -> str:
 
 def release_answers(release: Any) -> dict[str, tuple[str, str]]:
     """Messages key -> (prompt ID, reference code) for every prompt of a release."""
-    return {messages_key(p.request_messages()):
-            (p.prompt_id, str(p.target_metadata.get("reference_code", "")))
-            for p in release.prompts}
+    return {
+        messages_key(p.request_messages()): (
+            p.prompt_id,
+            str(p.target_metadata.get("reference_code", "")),
+        )
+        for p in release.prompts
+    }
 
 
-def openai_completion(id_: str, model: Any, content: str | None, finish: str = "stop",
-                      usage: tuple[int, int] = (10, 20), created: int = 0) -> dict[str, Any]:
+def openai_completion(
+    id_: str,
+    model: Any,
+    content: str | None,
+    finish: str = "stop",
+    usage: tuple[int, int] = (10, 20),
+    created: int = 0,
+) -> dict[str, Any]:
     """A chat completion; `usage` is (prompt tokens, completion tokens)."""
     prompt, completion = usage
-    return {"id": id_, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "finish_reason": finish,
-                         "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion}}
+    return {
+        "id": id_,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": finish,
+                "message": {"role": "assistant", "content": content},
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
 
 
-def anthropic_message(id_: str, model: Any, content: str | None, stop: str = "end_turn",
-                      usage: tuple[int, int] = (10, 20)) -> dict[str, Any]:
+def anthropic_message(
+    id_: str,
+    model: Any,
+    content: str | None,
+    stop: str = "end_turn",
+    usage: tuple[int, int] = (10, 20),
+) -> dict[str, Any]:
     """A Messages reply; no content (None) is an empty list of blocks."""
     blocks = [] if content is None else [{"type": "text", "text": content}]
-    return {"id": id_, "type": "message", "role": "assistant", "model": model,
-            "content": blocks, "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": usage[0], "output_tokens": usage[1]}}
+    return {
+        "id": id_,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": blocks,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
+    }
 
 
 class FakeHandler(BaseHTTPRequestHandler):
@@ -66,8 +101,14 @@ class FakeHandler(BaseHTTPRequestHandler):
         """The request's headers with lower-case names, as a test compares them."""
         return {k.lower(): v for k, v in self.headers.items()}
 
-    def send_bytes(self, status: int, data: bytes, ctype: str = "application/json",
-                   headers: dict[str, str] | None = None, length: int | None = None) -> None:
+    def send_bytes(
+        self,
+        status: int,
+        data: bytes,
+        ctype: str = "application/json",
+        headers: dict[str, str] | None = None,
+        length: int | None = None,
+    ) -> None:
         """Answer `data`; `length` lets a fault promise more bytes than it sends."""
         self.send_response(status)
         self.send_header("Content-Type", ctype)
@@ -78,8 +119,7 @@ class FakeHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
-    def send_json(self, status: int, payload: Any,
-                  headers: dict[str, str] | None = None) -> None:
+    def send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         self.send_bytes(status, json.dumps(payload).encode(), "application/json", headers)
 
     def bearer_is(self, key: str | None) -> bool:
@@ -89,9 +129,16 @@ class FakeHandler(BaseHTTPRequestHandler):
     def refuse_key(self) -> None:
         """The 401 OpenAI answers to a wrong key, which echoes the key it was given."""
         auth = self.headers.get("Authorization", "")
-        self.send_json(401, {"error": {
-            "message": f"Incorrect API key provided: {auth[7:]}",
-            "type": "invalid_request_error", "code": "invalid_api_key"}})
+        self.send_json(
+            401,
+            {
+                "error": {
+                    "message": f"Incorrect API key provided: {auth[7:]}",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            },
+        )
 
 
 class _QuietServer(ThreadingHTTPServer):

@@ -93,24 +93,42 @@ class BatchServer(LoopbackServer):
     # -- the model behind the endpoints ------------------------------------------------------------
     def add_file(self, data: bytes, purpose: str, filename: str) -> dict[str, Any]:
         file_id = self._id("file")
-        obj = {"id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
-               "filename": filename, "purpose": purpose}
+        obj = {
+            "id": file_id,
+            "object": "file",
+            "bytes": len(data),
+            "created_at": int(time.time()),
+            "filename": filename,
+            "purpose": purpose,
+        }
         self.files[file_id] = dict(obj, data=data)
         return obj
 
     def create_batch(self, input_file_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
         batch_id = self._id("batch")
-        lines = [json.loads(x) for x in self.files[input_file_id]["data"].splitlines()
-                 if x.strip()]
+        lines = [json.loads(x) for x in self.files[input_file_id]["data"].splitlines() if x.strip()]
         batch = {
-            "id": batch_id, "object": "batch", "endpoint": "/v1/chat/completions",
-            "errors": None, "input_file_id": input_file_id, "completion_window": "24h",
-            "status": "validating", "output_file_id": None, "error_file_id": None,
-            "created_at": int(time.time()), "in_progress_at": None, "expires_at": None,
-            "finalizing_at": None, "completed_at": None, "failed_at": None, "expired_at": None,
-            "cancelling_at": None, "cancelled_at": None,
+            "id": batch_id,
+            "object": "batch",
+            "endpoint": "/v1/chat/completions",
+            "errors": None,
+            "input_file_id": input_file_id,
+            "completion_window": "24h",
+            "status": "validating",
+            "output_file_id": None,
+            "error_file_id": None,
+            "created_at": int(time.time()),
+            "in_progress_at": None,
+            "expires_at": None,
+            "finalizing_at": None,
+            "completed_at": None,
+            "failed_at": None,
+            "expired_at": None,
+            "cancelling_at": None,
+            "cancelled_at": None,
             "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
-            "metadata": metadata}
+            "metadata": metadata,
+        }
         with self._lock:
             self.batches[batch_id] = batch
             self.polls[batch_id] = 0
@@ -135,19 +153,37 @@ class BatchServer(LoopbackServer):
             return batch
 
     def _completion(self, body: dict[str, Any], code: str, n: int) -> dict[str, Any]:
-        return openai_completion(f"chatcmpl-{n}", str(body.get("model")) + self.script.model_suffix,
-                                 f"```python\n{code}```", usage=(11, 22))
+        return openai_completion(
+            f"chatcmpl-{n}",
+            str(body.get("model")) + self.script.model_suffix,
+            f"```python\n{code}```",
+            usage=(11, 22),
+        )
 
     def _finish(self, batch: dict[str, Any]) -> None:
         status = self.script.final_status
         now = time.time()
         if status == "failed":
-            batch.update(status="failed", failed_at=now, errors={"object": "list", "data": [
-                {"code": "invalid_request", "message": "the input file is not valid", "line": 1}
-            ]})
+            batch.update(
+                status="failed",
+                failed_at=now,
+                errors={
+                    "object": "list",
+                    "data": [
+                        {
+                            "code": "invalid_request",
+                            "message": "the input file is not valid",
+                            "line": 1,
+                        }
+                    ],
+                },
+            )
             return
-        lines = [json.loads(x) for x in self.files[batch["input_file_id"]]["data"].splitlines()
-                 if x.strip()]
+        lines = [
+            json.loads(x)
+            for x in self.files[batch["input_file_id"]]["data"].splitlines()
+            if x.strip()
+        ]
         output, errors = [], []
         for n, line in enumerate(lines, start=1):
             body = line.get("body") or {}
@@ -158,38 +194,90 @@ class BatchServer(LoopbackServer):
             if status == "expired" and kind == "ok" and n > len(lines) // 2:
                 kind = "expired"
             if pid is None or line.get("url") != "/v1/chat/completions":
-                errors.append({"id": rid, "custom_id": custom_id, "response": {
-                    "status_code": 404, "request_id": f"req_{n}",
-                    "body": {"error": {"message": "unknown prompt", "type": "not_found"}}},
-                    "error": None})
+                errors.append(
+                    {
+                        "id": rid,
+                        "custom_id": custom_id,
+                        "response": {
+                            "status_code": 404,
+                            "request_id": f"req_{n}",
+                            "body": {"error": {"message": "unknown prompt", "type": "not_found"}},
+                        },
+                        "error": None,
+                    }
+                )
             elif kind == "ok":
-                output.append({"id": rid, "custom_id": custom_id, "response": {
-                    "status_code": 200, "request_id": f"req_{n}",
-                    "body": self._completion(body, code, n)}, "error": None})
+                output.append(
+                    {
+                        "id": rid,
+                        "custom_id": custom_id,
+                        "response": {
+                            "status_code": 200,
+                            "request_id": f"req_{n}",
+                            "body": self._completion(body, code, n),
+                        },
+                        "error": None,
+                    }
+                )
             elif kind in ("400", "500"):
-                errors.append({"id": rid, "custom_id": custom_id, "response": {
-                    "status_code": int(kind), "request_id": f"req_{n}",
-                    "body": {"error": {"message": f"Unsupported value: injected {kind}",
-                                       "type": "invalid_request_error",
-                                       "code": "unsupported_value"}}}, "error": None})
+                errors.append(
+                    {
+                        "id": rid,
+                        "custom_id": custom_id,
+                        "response": {
+                            "status_code": int(kind),
+                            "request_id": f"req_{n}",
+                            "body": {
+                                "error": {
+                                    "message": f"Unsupported value: injected {kind}",
+                                    "type": "invalid_request_error",
+                                    "code": "unsupported_value",
+                                }
+                            },
+                        },
+                        "error": None,
+                    }
+                )
             elif kind == "error":
-                errors.append({"id": rid, "custom_id": custom_id, "response": None, "error": {
-                    "code": "batch_failed_line", "message": "injected line error"}})
+                errors.append(
+                    {
+                        "id": rid,
+                        "custom_id": custom_id,
+                        "response": None,
+                        "error": {"code": "batch_failed_line", "message": "injected line error"},
+                    }
+                )
             elif kind == "expired":
-                errors.append({"id": rid, "custom_id": custom_id, "response": None, "error": {
-                    "code": "batch_expired", "message": "This request could not be executed "
-                    "before the completion window expired."}})
+                errors.append(
+                    {
+                        "id": rid,
+                        "custom_id": custom_id,
+                        "response": None,
+                        "error": {
+                            "code": "batch_expired",
+                            "message": "This request could not be executed "
+                            "before the completion window expired.",
+                        },
+                    }
+                )
             # "missing": in neither file
         if output:
             batch["output_file_id"] = self.add_file(
-                b"".join(json.dumps(x).encode() + b"\n" for x in output), "batch_output",
-                "batch_output.jsonl")["id"]
+                b"".join(json.dumps(x).encode() + b"\n" for x in output),
+                "batch_output",
+                "batch_output.jsonl",
+            )["id"]
         if errors:
             batch["error_file_id"] = self.add_file(
-                b"".join(json.dumps(x).encode() + b"\n" for x in errors), "batch_output",
-                "batch_errors.jsonl")["id"]
-        batch["request_counts"] = {"total": len(lines), "completed": len(output),
-                                   "failed": len(errors)}
+                b"".join(json.dumps(x).encode() + b"\n" for x in errors),
+                "batch_output",
+                "batch_errors.jsonl",
+            )["id"]
+        batch["request_counts"] = {
+            "total": len(lines),
+            "completed": len(output),
+            "failed": len(errors),
+        }
         batch["status"] = status
         batch[f"{status}_at"] = now
 
@@ -200,8 +288,9 @@ class BatchServer(LoopbackServer):
         class Handler(FakeHandler):
             def _authorised(self) -> bool:
                 with server._lock:
-                    server.seen.append(SeenRequest(self.command, self.path, self.header_dict(),
-                                                   time.time()))
+                    server.seen.append(
+                        SeenRequest(self.command, self.path, self.header_dict(), time.time())
+                    )
                 if not self.bearer_is(server.script.key):
                     self.refuse_key()
                     return False
@@ -215,14 +304,16 @@ class BatchServer(LoopbackServer):
                 if path == "/v1/files":
                     ctype = self.headers.get("Content-Type", "")
                     msg = BytesParser(policy=default_policy).parsebytes(
-                        b"Content-Type: " + ctype.encode() + b"\r\nMIME-Version: 1.0\r\n\r\n"
-                        + body)
+                        b"Content-Type: " + ctype.encode() + b"\r\nMIME-Version: 1.0\r\n\r\n" + body
+                    )
                     fields: dict[str, tuple[str | None, bytes]] = {}
                     for part in msg.iter_parts():
                         name = part.get_param("name", header="content-disposition")
                         payload = part.get_payload(decode=True)
-                        fields[str(name)] = (part.get_filename(),
-                                             payload if isinstance(payload, bytes) else b"")
+                        fields[str(name)] = (
+                            part.get_filename(),
+                            payload if isinstance(payload, bytes) else b"",
+                        )
                     if "file" not in fields or fields.get("purpose", (None, b""))[1] != b"batch":
                         self.send_json(400, {"error": {"message": "need file and purpose=batch"}})
                         return
@@ -234,22 +325,35 @@ class BatchServer(LoopbackServer):
                     payload = json.loads(body)
                     with server._lock:
                         server.create_posts += 1
-                        fault = (server.script.create_faults.pop(0)
-                                 if server.script.create_faults else None)
+                        fault = (
+                            server.script.create_faults.pop(0)
+                            if server.script.create_faults
+                            else None
+                        )
                     if fault == "400":
-                        self.send_json(400, {"error": {"message": "injected refusal",
-                                                       "type": "invalid_request_error"}})
+                        self.send_json(
+                            400,
+                            {
+                                "error": {
+                                    "message": "injected refusal",
+                                    "type": "invalid_request_error",
+                                }
+                            },
+                        )
                         return
                     if fault == "500":
                         self.send_json(500, {"error": {"message": "injected server error"}})
                         return
-                    if (payload.get("input_file_id") not in server.files
-                            or payload.get("endpoint") != "/v1/chat/completions"
-                            or payload.get("completion_window") != "24h"):
+                    if (
+                        payload.get("input_file_id") not in server.files
+                        or payload.get("endpoint") != "/v1/chat/completions"
+                        or payload.get("completion_window") != "24h"
+                    ):
                         self.send_json(400, {"error": {"message": "bad batch request"}})
                         return
-                    batch = server.create_batch(payload["input_file_id"],
-                                                payload.get("metadata") or {})
+                    batch = server.create_batch(
+                        payload["input_file_id"], payload.get("metadata") or {}
+                    )
                     if fault == "500-created":
                         self.send_json(500, {"error": {"message": "injected: answer lost"}})
                         return
@@ -269,17 +373,24 @@ class BatchServer(LoopbackServer):
                         items = list(reversed(server.batches.values()))
                     if after is not None:
                         ids = [b["id"] for b in items]
-                        items = items[ids.index(after) + 1:] if after in ids else []
+                        items = items[ids.index(after) + 1 :] if after in ids else []
                     page = items[:limit]
-                    self.send_json(200, {"object": "list", "data": page,
-                                         "first_id": page[0]["id"] if page else None,
-                                         "last_id": page[-1]["id"] if page else None,
-                                         "has_more": len(items) > limit})
+                    self.send_json(
+                        200,
+                        {
+                            "object": "list",
+                            "data": page,
+                            "first_id": page[0]["id"] if page else None,
+                            "last_id": page[-1]["id"] if page else None,
+                            "has_more": len(items) > limit,
+                        },
+                    )
                 elif path.startswith("/v1/batches/"):
                     batch_id = path.rsplit("/", 1)[1]
                     with server._lock:
-                        fault = (server.script.poll_faults.pop(0)
-                                 if server.script.poll_faults else None)
+                        fault = (
+                            server.script.poll_faults.pop(0) if server.script.poll_faults else None
+                        )
                     if fault is not None:
                         self.send_json(fault, {"error": {"message": f"injected {fault}"}})
                     elif batch_id not in server.batches:
@@ -291,8 +402,9 @@ class BatchServer(LoopbackServer):
                     if file_id not in server.files:
                         self.send_json(404, {"error": {"message": f"no file {file_id}"}})
                     else:
-                        self.send_bytes(200, server.files[file_id]["data"],
-                                        "application/octet-stream")
+                        self.send_bytes(
+                            200, server.files[file_id]["data"], "application/octet-stream"
+                        )
                 else:
                     self.send_json(404, {"error": {"message": f"no route {path}"}})
 

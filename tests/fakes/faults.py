@@ -39,11 +39,18 @@ def original_messages(wire: str, body: dict[str, Any]) -> Any:
         return head + list(body.get("messages") or [])
     if wire == "gemini":
         sys_parts = (body.get("systemInstruction") or {}).get("parts") or []
-        head = [{"role": "system", "content": "".join(p.get("text", "") for p in sys_parts)}
-                ] if sys_parts else []
-        return head + [{"role": "assistant" if c.get("role") == "model" else "user",
-                        "content": "".join(p.get("text", "") for p in c.get("parts", []))}
-                       for c in body.get("contents") or []]
+        head = (
+            [{"role": "system", "content": "".join(p.get("text", "") for p in sys_parts)}]
+            if sys_parts
+            else []
+        )
+        return head + [
+            {
+                "role": "assistant" if c.get("role") == "model" else "user",
+                "content": "".join(p.get("text", "") for p in c.get("parts", [])),
+            }
+            for c in body.get("contents") or []
+        ]
     return body.get("messages")
 
 
@@ -74,8 +81,9 @@ class FaultScript:
     seed: int = 0
 
     @classmethod
-    def for_release(cls, release: Any, plan: dict[str, list[str]] | None = None,
-                    **kw: Any) -> FaultScript:
+    def for_release(
+        cls, release: Any, plan: dict[str, list[str]] | None = None, **kw: Any
+    ) -> FaultScript:
         return cls(answers=release_answers(release), plan=plan or {}, **kw)
 
 
@@ -115,16 +123,19 @@ class FaultServer(LoopbackServer):
             wire = "openai"
 
             def do_GET(self) -> None:
-                auth = (self.headers.get("Authorization") or self.headers.get("x-api-key")
-                        or self.headers.get("x-goog-api-key") or "")
+                auth = (
+                    self.headers.get("Authorization")
+                    or self.headers.get("x-api-key")
+                    or self.headers.get("x-goog-api-key")
+                    or ""
+                )
                 if "invalid" in auth:
                     self.send_bytes(401, b'{"error":{"message":"bad key"}}')
                     return
                 if "models" in self.path and "v1beta" in self.path:
                     payload: Any = {"models": [{"name": "models/test-model"}]}
                 else:
-                    payload = {"object": "list", "data": [{"id": "test-model",
-                                                           "object": "model"}]}
+                    payload = {"object": "list", "data": [{"id": "test-model", "object": "model"}]}
                 self.send_json(200, payload)
 
             def do_POST(self) -> None:
@@ -147,117 +158,213 @@ class FaultServer(LoopbackServer):
                 pid, answer = queued or server.script.answers.get(key) or (None, "")
                 behaviour = server._next_behaviour(pid)
                 with server._lock:
-                    server.seen.append(Seen(pid, body, self.header_dict(), behaviour,
-                                            time.time()))
+                    server.seen.append(Seen(pid, body, self.header_dict(), behaviour, time.time()))
                 if server.script.hang_seconds:
                     time.sleep(server.script.hang_seconds)
                 self._behave(behaviour, body, answer)
 
-            def _completion(self, body: dict[str, Any], content: str | None,
-                            finish: str = "stop", model: str | None = None) -> bytes:
+            def _completion(
+                self,
+                body: dict[str, Any],
+                content: str | None,
+                finish: str = "stop",
+                model: str | None = None,
+            ) -> bytes:
                 model = model or server.script.model_override or body.get("model")
                 if self.wire == "anthropic":
                     stop = {"stop": "end_turn", "length": "max_tokens"}.get(finish, finish)
-                    return json.dumps(anthropic_message("msg_test", model, content,
-                                                        stop)).encode()
+                    return json.dumps(anthropic_message("msg_test", model, content, stop)).encode()
                 if self.wire == "gemini":
                     reason = {"stop": "STOP", "length": "MAX_TOKENS"}.get(finish, finish)
                     candidate: dict[str, Any] = {"finishReason": reason, "index": 0}
                     if content is not None:
                         candidate["content"] = {"parts": [{"text": content}], "role": "model"}
-                    return json.dumps({
-                        "candidates": [candidate], "modelVersion": model,
-                        "responseId": "resp_test",
-                        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 20,
-                                          "totalTokenCount": 30}}).encode()
-                return json.dumps(openai_completion("chatcmpl-test", model, content,
-                                                    finish)).encode()
+                    return json.dumps(
+                        {
+                            "candidates": [candidate],
+                            "modelVersion": model,
+                            "responseId": "resp_test",
+                            "usageMetadata": {
+                                "promptTokenCount": 10,
+                                "candidatesTokenCount": 20,
+                                "totalTokenCount": 30,
+                            },
+                        }
+                    ).encode()
+                return json.dumps(
+                    openai_completion("chatcmpl-test", model, content, finish)
+                ).encode()
 
             def _behave(self, behaviour: str, body: dict[str, Any], answer: str) -> None:
                 name, _, arg = behaviour.partition(":")
                 if name == "substitute":
-                    self.send_bytes(200, self._completion(body, answer,
-                                                          model=arg or "other-model-9b"))
+                    self.send_bytes(
+                        200, self._completion(body, answer, model=arg or "other-model-9b")
+                    )
                 elif name == "overloaded" and self.wire == "anthropic":
-                    self.send_json(529, {"type": "error", "error": {
-                        "type": "overloaded_error", "message": "Overloaded"},
-                        "request_id": "req_test"})
+                    self.send_json(
+                        529,
+                        {
+                            "type": "error",
+                            "error": {"type": "overloaded_error", "message": "Overloaded"},
+                            "request_id": "req_test",
+                        },
+                    )
                 elif name == "429" and self.wire == "anthropic":
-                    self.send_json(429, {"type": "error", "error": {
-                        "type": "rate_limit_error", "message": "Rate limited"}},
-                        {"retry-after": arg or "0.05"})
+                    self.send_json(
+                        429,
+                        {
+                            "type": "error",
+                            "error": {"type": "rate_limit_error", "message": "Rate limited"},
+                        },
+                        {"retry-after": arg or "0.05"},
+                    )
                 elif name == "429-quota" and self.wire == "anthropic":
-                    self.send_json(429, {"type": "error", "error": {
-                        "type": "rate_limit_error", "message": "spend limit reached",
-                        "details": {"error_code": "enforced_spend_limit_reached"}}})
+                    self.send_json(
+                        429,
+                        {
+                            "type": "error",
+                            "error": {
+                                "type": "rate_limit_error",
+                                "message": "spend limit reached",
+                                "details": {"error_code": "enforced_spend_limit_reached"},
+                            },
+                        },
+                    )
                 elif name == "429" and self.wire == "gemini":
-                    self.send_json(429, {"error": {
-                        "code": 429, "message": "You exceeded your current quota",
-                        "status": "RESOURCE_EXHAUSTED", "details": [
-                            {"@type": "type.googleapis.com/google.rpc.RetryInfo",
-                             "retryDelay": (arg or "0.05") + "s"}]}})
+                    self.send_json(
+                        429,
+                        {
+                            "error": {
+                                "code": 429,
+                                "message": "You exceeded your current quota",
+                                "status": "RESOURCE_EXHAUSTED",
+                                "details": [
+                                    {
+                                        "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                                        "retryDelay": (arg or "0.05") + "s",
+                                    }
+                                ],
+                            }
+                        },
+                    )
                 elif name == "overloaded" and self.wire == "gemini":
-                    self.send_json(503, [{"error": {
-                        "code": 503, "message": "The model is overloaded. Please try again later.",
-                        "status": "UNAVAILABLE"}}])
+                    self.send_json(
+                        503,
+                        [
+                            {
+                                "error": {
+                                    "code": 503,
+                                    "message": "The model is overloaded. Please try again later.",
+                                    "status": "UNAVAILABLE",
+                                }
+                            }
+                        ],
+                    )
                 elif name == "blocked" and self.wire == "gemini":
-                    self.send_json(200, {"promptFeedback": {"blockReason": "SAFETY"},
-                                         "modelVersion": body.get("model")})
+                    self.send_json(
+                        200,
+                        {
+                            "promptFeedback": {"blockReason": "SAFETY"},
+                            "modelVersion": body.get("model"),
+                        },
+                    )
                 elif name == "length" and self.wire == "gemini":
                     self.send_bytes(200, self._completion(body, None, "length"))
                 elif name == "ok":
-                    self.send_bytes(200, self._completion(body, answer),
-                                    headers={"x-request-id": "req_test"})
+                    self.send_bytes(
+                        200, self._completion(body, answer), headers={"x-request-id": "req_test"}
+                    )
                 elif name == "fenced":
                     text = f"Here is the circuit:\n```python\n{answer}```\nDone."
                     self.send_bytes(200, self._completion(body, text))
                 elif name == "empty":
                     self.send_bytes(200, self._completion(body, ""))
                 elif name == "length":
-                    self.send_bytes(200, self._completion(body, answer[: len(answer) // 2],
-                                                          "length"))
+                    self.send_bytes(
+                        200, self._completion(body, answer[: len(answer) // 2], "length")
+                    )
                 elif name == "padding":
                     self.send_bytes(200, b"\n\n\n" + self._completion(body, answer))
                 elif name == "429":
-                    self.send_json(429, {"error": {
-                        "message": "Rate limit reached. Please try again in 1s.",
-                        "type": "requests", "code": "rate_limit_exceeded"}},
-                        {"retry-after": arg or "0.05"})
+                    self.send_json(
+                        429,
+                        {
+                            "error": {
+                                "message": "Rate limit reached. Please try again in 1s.",
+                                "type": "requests",
+                                "code": "rate_limit_exceeded",
+                            }
+                        },
+                        {"retry-after": arg or "0.05"},
+                    )
                 elif name == "429-date":
                     when = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time()))
-                    self.send_bytes(429, b'{"error":{"message":"later"}}',
-                                    headers={"retry-after": when})
+                    self.send_bytes(
+                        429, b'{"error":{"message":"later"}}', headers={"retry-after": when}
+                    )
                 elif name == "429-none":
                     self.send_bytes(429, b'{"error":{"message":"too many requests"}}')
                 elif name == "429-ms":
-                    self.send_bytes(429, b'{"error":{"message":"slow down"}}',
-                                    headers={"retry-after-ms": arg or "50"})
+                    self.send_bytes(
+                        429,
+                        b'{"error":{"message":"slow down"}}',
+                        headers={"retry-after-ms": arg or "50"},
+                    )
                 elif name == "429-quota":
-                    self.send_json(429, {"error": {
-                        "message": "You exceeded your current quota.", "type": "insufficient_quota",
-                        "code": "insufficient_quota"}})
+                    self.send_json(
+                        429,
+                        {
+                            "error": {
+                                "message": "You exceeded your current quota.",
+                                "type": "insufficient_quota",
+                                "code": "insufficient_quota",
+                            }
+                        },
+                    )
                 elif name == "500-html":
-                    self.send_bytes(500, b"<html><head><title>500 Internal Server Error</title>"
-                                    b"</head><body><center><h1>500</h1></center></body></html>",
-                                    "text/html")
+                    self.send_bytes(
+                        500,
+                        b"<html><head><title>500 Internal Server Error</title>"
+                        b"</head><body><center><h1>500</h1></center></body></html>",
+                        "text/html",
+                    )
                 elif name == "502-html":
-                    self.send_bytes(502, b"<html><head><title>502 Bad Gateway</title></head>"
-                                    b"<body><center>cloudflare</center></body></html>",
-                                    "text/html")
+                    self.send_bytes(
+                        502,
+                        b"<html><head><title>502 Bad Gateway</title></head>"
+                        b"<body><center>cloudflare</center></body></html>",
+                        "text/html",
+                    )
                 elif name == "503":
-                    self.send_json(503, {"error": {
-                        "message": "The server is overloaded.", "type": "service_unavailable_error",
-                        "code": "server_is_overloaded"}})
+                    self.send_json(
+                        503,
+                        {
+                            "error": {
+                                "message": "The server is overloaded.",
+                                "type": "service_unavailable_error",
+                                "code": "server_is_overloaded",
+                            }
+                        },
+                    )
                 elif name == "400":
-                    self.send_json(400, {"error": {
-                        "message": "Unsupported parameter: 'max_tokens'", "type":
-                        "invalid_request_error", "param": "max_tokens",
-                        "code": "unsupported_parameter"}})
+                    self.send_json(
+                        400,
+                        {
+                            "error": {
+                                "message": "Unsupported parameter: 'max_tokens'",
+                                "type": "invalid_request_error",
+                                "param": "max_tokens",
+                                "code": "unsupported_parameter",
+                            }
+                        },
+                    )
                 elif name == "401-echo":
                     self.refuse_key()
                 elif name == "200-error":
-                    self.send_json(200, {"error": {"message": "Provider returned error",
-                                                   "code": 502}})
+                    self.send_json(
+                        200, {"error": {"message": "Provider returned error", "code": 502}}
+                    )
                 elif name == "200-html":
                     self.send_bytes(200, b"<html><body>maintenance</body></html>", "text/html")
                 elif name == "close":

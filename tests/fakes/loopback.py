@@ -59,27 +59,41 @@ from typing import Any
 
 from tests.fakes.base import anthropic_message, openai_completion
 
-SNIPPET = ("```python\nfrom qiskit import QuantumCircuit\n\n\ndef build_circuit():\n"
-           "    qc = QuantumCircuit(3, 3)\n    qc.h(0)\n    qc.cx(0, 1)\n    qc.cx(1, 2)\n"
-           "    qc.measure(range(3), range(3))\n    return qc\n```")
+SNIPPET = (
+    "```python\nfrom qiskit import QuantumCircuit\n\n\ndef build_circuit():\n"
+    "    qc = QuantumCircuit(3, 3)\n    qc.h(0)\n    qc.cx(0, 1)\n    qc.cx(1, 2)\n"
+    "    qc.measure(range(3), range(3))\n    return qc\n```"
+)
 
 
 def _openai_body(n: int) -> bytes:
-    return json.dumps(openai_completion(f"chatcmpl-{n}", "loopback-1", SNIPPET,
-                                        usage=(120, 60), created=int(time.time()))).encode()
+    return json.dumps(
+        openai_completion(
+            f"chatcmpl-{n}", "loopback-1", SNIPPET, usage=(120, 60), created=int(time.time())
+        )
+    ).encode()
 
 
 def _anthropic_body(n: int) -> bytes:
-    return json.dumps(anthropic_message(f"msg_{n}", "loopback-1", SNIPPET,
-                                        usage=(120, 60))).encode()
+    return json.dumps(
+        anthropic_message(f"msg_{n}", "loopback-1", SNIPPET, usage=(120, 60))
+    ).encode()
 
 
 _THROTTLED = {
-    "openai": json.dumps({"error": {"message": "Rate limit reached on requests per second",
-                                    "type": "requests", "param": None,
-                                    "code": "rate_limit_exceeded"}}).encode(),
-    "anthropic": json.dumps({"type": "error", "error": {"type": "rate_limit_error",
-                                                        "message": "rate limited"}}).encode(),
+    "openai": json.dumps(
+        {
+            "error": {
+                "message": "Rate limit reached on requests per second",
+                "type": "requests",
+                "param": None,
+                "code": "rate_limit_exceeded",
+            }
+        }
+    ).encode(),
+    "anthropic": json.dumps(
+        {"type": "error", "error": {"type": "rate_limit_error", "message": "rate limited"}}
+    ).encode(),
 }
 
 
@@ -188,11 +202,17 @@ class Stats:
         self.holding = self.max_holding = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"requests": self.requests, "ok": self.ok, "throttled": self.throttled,
-                "throttled_random": self.throttled_random,
-                "throttled_tokens": self.throttled_tokens,
-                "throttled_limit": self.throttled_limit,
-                "first": self.first, "last": self.last, "max_concurrent": self.max_holding}
+        return {
+            "requests": self.requests,
+            "ok": self.ok,
+            "throttled": self.throttled,
+            "throttled_random": self.throttled_random,
+            "throttled_tokens": self.throttled_tokens,
+            "throttled_limit": self.throttled_limit,
+            "first": self.first,
+            "last": self.last,
+            "max_concurrent": self.max_holding,
+        }
 
 
 def go_duration(seconds: float) -> str:
@@ -210,31 +230,48 @@ class Server:
         self.wire: str = args.wire
         self.headers: str = args.headers
         self.shape: str = args.shape
-        self.bucket = (Bucket(args.rate, args.burst or max(1.0, args.rate))
-                       if args.rate and args.shape == "bucket" else None)
-        self.sliding = (SlidingWindow(args.limit, args.window)
-                        if args.shape == "sliding" and args.limit else None)
-        self.fixed = (FixedWindow(args.limit, args.window)
-                      if args.shape == "fixed" and args.limit else None)
-        self.tokens = (Bucket(args.tokens_limit / args.tokens_window, args.tokens_limit)
-                       if args.tokens_limit else None)
+        self.bucket = (
+            Bucket(args.rate, args.burst or max(1.0, args.rate))
+            if args.rate and args.shape == "bucket"
+            else None
+        )
+        self.sliding = (
+            SlidingWindow(args.limit, args.window)
+            if args.shape == "sliding" and args.limit
+            else None
+        )
+        self.fixed = (
+            FixedWindow(args.limit, args.window) if args.shape == "fixed" and args.limit else None
+        )
+        self.tokens = (
+            Bucket(args.tokens_limit / args.tokens_window, args.tokens_limit)
+            if args.tokens_limit
+            else None
+        )
         self.token_cost: float = args.tokens_per_request
         self.random_429: float = args.random_429
         self.random_retry_after: str = args.random_retry_after
         self.rng = random.Random(args.seed)
         self.stats = Stats()
 
-    def _family(self, kind: str, limit: int, remaining: int, seconds: float,
-                reset_text: str) -> list[tuple[str, str]]:
+    def _family(
+        self, kind: str, limit: int, remaining: int, seconds: float, reset_text: str
+    ) -> list[tuple[str, str]]:
         if self.headers == "openai":
-            return [(f"x-ratelimit-limit-{kind}", str(limit)),
-                    (f"x-ratelimit-remaining-{kind}", str(remaining)),
-                    (f"x-ratelimit-reset-{kind}", reset_text)]
+            return [
+                (f"x-ratelimit-limit-{kind}", str(limit)),
+                (f"x-ratelimit-remaining-{kind}", str(remaining)),
+                (f"x-ratelimit-reset-{kind}", reset_text),
+            ]
         reset = datetime.fromtimestamp(time.time() + seconds, timezone.utc)
-        return [(f"anthropic-ratelimit-{kind}-limit", str(limit)),
-                (f"anthropic-ratelimit-{kind}-remaining", str(remaining)),
-                (f"anthropic-ratelimit-{kind}-reset",
-                 reset.isoformat(timespec="milliseconds").replace("+00:00", "Z"))]
+        return [
+            (f"anthropic-ratelimit-{kind}-limit", str(limit)),
+            (f"anthropic-ratelimit-{kind}-remaining", str(remaining)),
+            (
+                f"anthropic-ratelimit-{kind}-reset",
+                reset.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            ),
+        ]
 
     def limit_headers(self) -> list[tuple[str, str]]:
         if self.headers == "none":
@@ -244,8 +281,9 @@ class Server:
             b = self.bucket
             b._refill()
             wait = b.until_full()
-            out += self._family("requests", int(b.burst), max(0, math.floor(b.tokens)), wait,
-                                f"{wait * 1000:.0f}ms")
+            out += self._family(
+                "requests", int(b.burst), max(0, math.floor(b.tokens)), wait, f"{wait * 1000:.0f}ms"
+            )
         elif self.sliding is not None:
             w = self.sliding
             wait = w.until_full()
@@ -253,14 +291,16 @@ class Server:
         elif self.fixed is not None:
             f = self.fixed
             wait = f.until_end()
-            out += self._family("requests", f.limit, f.remaining(), wait,
-                                f"{max(1, math.ceil(wait))}s")
+            out += self._family(
+                "requests", f.limit, f.remaining(), wait, f"{max(1, math.ceil(wait))}s"
+            )
         if self.tokens is not None:
             t = self.tokens
             t._refill()
             wait = t.until_full()
-            out += self._family("tokens", int(t.burst), max(0, math.floor(t.tokens)), wait,
-                                go_duration(wait))
+            out += self._family(
+                "tokens", int(t.burst), max(0, math.floor(t.tokens)), wait, go_duration(wait)
+            )
         return out
 
     def _admit(self) -> tuple[str, float, bool] | None:
@@ -296,9 +336,11 @@ class Server:
                 st.reset()
             data = st.to_dict()
             if self.fixed is not None:
-                data["windows"] = {"limit": self.fixed.limit, "seconds": self.fixed.window,
-                                   "ok": {str(k): v for k, v in
-                                          sorted(self.fixed.ok_per_window.items())}}
+                data["windows"] = {
+                    "limit": self.fixed.limit,
+                    "seconds": self.fixed.window,
+                    "ok": {str(k): v for k, v in sorted(self.fixed.ok_per_window.items())},
+                }
             return 200, [], json.dumps(data).encode()
         now = time.time()
         st.requests += 1
@@ -378,8 +420,12 @@ class Connection(asyncio.Protocol):
         if self.transport is None or self.transport.is_closing():
             return
         reason = {200: "OK", 429: "Too Many Requests"}.get(status, "Status")
-        lines = [f"HTTP/1.1 {status} {reason}", "content-type: application/json",
-                 f"content-length: {len(body)}", *(f"{k}: {v}" for k, v in headers)]
+        lines = [
+            f"HTTP/1.1 {status} {reason}",
+            "content-type: application/json",
+            f"content-length: {len(body)}",
+            *(f"{k}: {v}" for k, v in headers),
+        ]
         self.transport.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
         self.busy = False
         self._next()
@@ -391,31 +437,45 @@ class Connection(asyncio.Protocol):
 async def serve(args: argparse.Namespace) -> None:
     server = Server(args)
     loop = asyncio.get_running_loop()
-    listener = await loop.create_server(lambda: Connection(server), "127.0.0.1", args.port,
-                                        backlog=1024)
+    listener = await loop.create_server(
+        lambda: Connection(server), "127.0.0.1", args.port, backlog=1024
+    )
     port = listener.sockets[0].getsockname()[1]
     print(f"LISTENING {port}", flush=True)
     await listener.serve_forever()
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.fakes.loopback",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m tests.fakes.loopback", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--latency", type=float, default=0.05, help="seconds before each answer")
     p.add_argument("--rate", type=float, default=0.0, help="requests per second (0: no limit)")
     p.add_argument("--burst", type=float, default=0.0, help="token bucket size (default: rate)")
-    p.add_argument("--shape", choices=("bucket", "sliding", "fixed"), default="bucket",
-                   help="the request limit: a token bucket (--rate, --burst) or a sliding or "
-                        "fixed window (--limit, --window)")
+    p.add_argument(
+        "--shape",
+        choices=("bucket", "sliding", "fixed"),
+        default="bucket",
+        help="the request limit: a token bucket (--rate, --burst) or a sliding or "
+        "fixed window (--limit, --window)",
+    )
     p.add_argument("--limit", type=int, default=0, help="requests per window (0: no limit)")
     p.add_argument("--window", type=float, default=60.0, help="window length, seconds")
-    p.add_argument("--tokens-limit", type=float, default=0.0,
-                   help="tokens per --tokens-window (0: no token limit)")
+    p.add_argument(
+        "--tokens-limit",
+        type=float,
+        default=0.0,
+        help="tokens per --tokens-window (0: no token limit)",
+    )
     p.add_argument("--tokens-window", type=float, default=60.0)
     p.add_argument("--tokens-per-request", type=float, default=180.0)
-    p.add_argument("--random-429", type=float, default=0.0,
-                   help="share of requests answered 429 at random, whatever the rate")
+    p.add_argument(
+        "--random-429",
+        type=float,
+        default=0.0,
+        help="share of requests answered 429 at random, whatever the rate",
+    )
     p.add_argument("--random-retry-after", default="1")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--headers", choices=("openai", "anthropic", "none"), default="none")

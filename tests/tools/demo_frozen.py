@@ -71,15 +71,24 @@ class RowSpec:
 
 
 ROWS: tuple[RowSpec, ...] = (
-    RowSpec("oracle", "all",
-            "Each prompt answered with its own reference code: the score of a correct answer "
-            "(100% execution and structural match)."),
-    RowSpec("retrieval-copy", "test",
-            "Each test prompt answered with the reference code of the most similar dev prompt "
-            "(TF-IDF cosine of the user messages over the dev vocabulary, smoothed idf, ties "
-            "to the smallest prompt_id): what copying the nearest known solution scores."),
-    RowSpec("empty", "all",
-            "An empty response for every prompt: every prompt scores no_code (the floor)."),
+    RowSpec(
+        "oracle",
+        "all",
+        "Each prompt answered with its own reference code: the score of a correct answer "
+        "(100% execution and structural match).",
+    ),
+    RowSpec(
+        "retrieval-copy",
+        "test",
+        "Each test prompt answered with the reference code of the most similar dev prompt "
+        "(TF-IDF cosine of the user messages over the dev vocabulary, smoothed idf, ties "
+        "to the smallest prompt_id): what copying the nearest known solution scores.",
+    ),
+    RowSpec(
+        "empty",
+        "all",
+        "An empty response for every prompt: every prompt scores no_code (the floor).",
+    ),
 )
 LABELS = tuple(r.label for r in ROWS)
 
@@ -185,8 +194,17 @@ def row_responses(prompts: Sequence[Any], label: str) -> list[dict[str, Any]]:
     if label == "oracle":
         for p in prompts:
             code = str(p.target_metadata["reference_code"])
-            lines.append({"prompt_id": p.prompt_id, "content": code, "response_source": {
-                "kind": "reference_code", "prompt_id": p.prompt_id, "sha256": _sha256(code)}})
+            lines.append(
+                {
+                    "prompt_id": p.prompt_id,
+                    "content": code,
+                    "response_source": {
+                        "kind": "reference_code",
+                        "prompt_id": p.prompt_id,
+                        "sha256": _sha256(code),
+                    },
+                }
+            )
     elif label == "retrieval-copy":
         picks = nearest_dev(prompts)
         for p in prompts:
@@ -194,13 +212,27 @@ def row_responses(prompts: Sequence[Any], label: str) -> list[dict[str, Any]]:
                 continue
             match = picks[p.prompt_id]
             code = str(by_id[match.prompt_id].target_metadata["reference_code"])
-            lines.append({"prompt_id": p.prompt_id, "content": code, "response_source": {
-                "kind": "reference_code", "prompt_id": match.prompt_id,
-                "similarity": match.similarity, "sha256": _sha256(code)}})
+            lines.append(
+                {
+                    "prompt_id": p.prompt_id,
+                    "content": code,
+                    "response_source": {
+                        "kind": "reference_code",
+                        "prompt_id": match.prompt_id,
+                        "similarity": match.similarity,
+                        "sha256": _sha256(code),
+                    },
+                }
+            )
     elif label == "empty":
         for p in prompts:
-            lines.append({"prompt_id": p.prompt_id, "content": "", "response_source": {
-                "kind": "empty", "prompt_id": None, "sha256": _sha256("")}})
+            lines.append(
+                {
+                    "prompt_id": p.prompt_id,
+                    "content": "",
+                    "response_source": {"kind": "empty", "prompt_id": None, "sha256": _sha256("")},
+                }
+            )
     else:
         raise FreezeError(f"unknown row {label!r}; the rows are {', '.join(LABELS)}")
     return lines
@@ -213,8 +245,12 @@ def _canonical_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def check_row(label: str, evaluations: Sequence[Mapping[str, Any]],
-              responses: Sequence[Mapping[str, Any]], requirements: Sequence[str]) -> None:
+def check_row(
+    label: str,
+    evaluations: Sequence[Mapping[str, Any]],
+    responses: Sequence[Mapping[str, Any]],
+    requirements: Sequence[str],
+) -> None:
     """Raise FreezeError unless the row is complete, scored in the pinned environment, and
     (oracle, empty) scores what it must."""
     import evaluator
@@ -230,22 +266,27 @@ def check_row(label: str, evaluations: Sequence[Mapping[str, Any]],
             problems.append(f"{pid}: {ev['category']} ({ev.get('error')})")
             continue
         if ev.get("evaluator_version") != evaluator.__version__:
-            problems.append(f"{pid}: scored by evaluator {ev.get('evaluator_version')}, "
-                            f"not {evaluator.__version__}")
+            problems.append(
+                f"{pid}: scored by evaluator {ev.get('evaluator_version')}, "
+                f"not {evaluator.__version__}"
+            )
         env = ev.get("environment") or {}
         for key, version in env.items():
             pinned = pins.get(_canonical_name(key))
             if pinned is not None and version != pinned:
                 problems.append(f"{pid}: {key} {version}, the release pins {pinned}")
-        if label == "oracle" and not (ev.get("category") == "ok" and ev.get("execution_ok")
-                                      and ev.get("structural_match")):
-            problems.append(f"{pid}: the reference code scored {ev.get('category')} "
-                            f"({ev.get('error')})")
+        if label == "oracle" and not (
+            ev.get("category") == "ok" and ev.get("execution_ok") and ev.get("structural_match")
+        ):
+            problems.append(
+                f"{pid}: the reference code scored {ev.get('category')} ({ev.get('error')})"
+            )
         if label == "empty" and ev.get("category") != "no_code":
             problems.append(f"{pid}: an empty response scored {ev.get('category')}")
     if problems:
-        shown = "; ".join(problems[:8]) + (f" (and {len(problems) - 8} more)"
-                                           if len(problems) > 8 else "")
+        shown = "; ".join(problems[:8]) + (
+            f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""
+        )
         raise FreezeError(f"row {label}: {shown}")
 
 
@@ -264,8 +305,11 @@ def _progress(label: str) -> Any:
         if isinstance(event, ImageBuildLog):
             print(f"  image: {event.line}", file=sys.stderr, flush=True)
         elif isinstance(event, ImageReady):
-            print(f"  image {event.tag} ({'built' if event.built else 'reused'})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  image {event.tag} ({'built' if event.built else 'reused'})",
+                file=sys.stderr,
+                flush=True,
+            )
         elif isinstance(event, EvaluationFinished):
             done = event.index + 1
             if done == event.total or done % 25 == 0:
@@ -275,13 +319,22 @@ def _progress(label: str) -> Any:
 
 
 def _jsonl(objects: Iterable[Mapping[str, Any]]) -> bytes:
-    return b"".join(json.dumps(o, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
-                    for o in objects)
+    return b"".join(
+        json.dumps(o, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n" for o in objects
+    )
 
 
-def score_row(release_dir: Path, prompts: Sequence[Any], label: str, work_dir: Path, *,
-              base_image: str | None, wheelhouse: Path | None, requirements: Sequence[str],
-              quiet: bool = False) -> list[dict[str, Any]]:
+def score_row(
+    release_dir: Path,
+    prompts: Sequence[Any],
+    label: str,
+    work_dir: Path,
+    *,
+    base_image: str | None,
+    wheelhouse: Path | None,
+    requirements: Sequence[str],
+    quiet: bool = False,
+) -> list[dict[str, Any]]:
     """Score one row with replay; its canonical evaluations, each with `response_source`."""
     from engine.replay.replay import replay
 
@@ -289,28 +342,48 @@ def score_row(release_dir: Path, prompts: Sequence[Any], label: str, work_dir: P
     row_dir = work_dir / label
     row_dir.mkdir(parents=True, exist_ok=True)
     responses_path = row_dir / RESPONSES_FILE
-    responses_path.write_bytes(_jsonl({"prompt_id": r["prompt_id"], "content": r["content"]}
-                                      for r in responses))
-    result = replay(release_dir, responses_path, row_dir / "evaluation",
-                    acknowledge_code_execution=True, build_image=True, base_image=base_image,
-                    wheelhouse=wheelhouse, overwrite=True,
-                    progress=None if quiet else _progress(label))
+    responses_path.write_bytes(
+        _jsonl({"prompt_id": r["prompt_id"], "content": r["content"]} for r in responses)
+    )
+    result = replay(
+        release_dir,
+        responses_path,
+        row_dir / "evaluation",
+        acknowledge_code_execution=True,
+        build_image=True,
+        base_image=base_image,
+        wheelhouse=wheelhouse,
+        overwrite=True,
+        progress=None if quiet else _progress(label),
+    )
     check_row(label, result.evaluations, responses, requirements)
-    return [dict(ev, response_source=r["response_source"])
-            for ev, r in zip(result.evaluations, responses, strict=True)]
+    return [
+        dict(ev, response_source=r["response_source"])
+        for ev, r in zip(result.evaluations, responses, strict=True)
+    ]
 
 
 def evaluations_file(label: str) -> str:
     return f"{demo_build.FROZEN_DIR}/{label}.evaluations.jsonl"
 
 
-def matrix_rows(existing: Sequence[Mapping[str, Any]], labels: Sequence[str]
-                ) -> list[dict[str, Any]]:
+def matrix_rows(
+    existing: Sequence[Mapping[str, Any]], labels: Sequence[str]
+) -> list[dict[str, Any]]:
     """This script's rows (in ROWS order) followed by every other existing row, unchanged."""
-    ours = [{"label": r.label, "kind": "reference", "provider": None, "model": None,
-             "evaluations": evaluations_file(r.label), "description": r.description,
-             "split": r.split}
-            for r in ROWS if r.label in labels]
+    ours = [
+        {
+            "label": r.label,
+            "kind": "reference",
+            "provider": None,
+            "model": None,
+            "evaluations": evaluations_file(r.label),
+            "description": r.description,
+            "split": r.split,
+        }
+        for r in ROWS
+        if r.label in labels
+    ]
     kept = {r.label for r in ROWS if r.label not in labels}
     previous = {str(r.get("label")): dict(r) for r in existing}
     ours += [previous[label] for label in LABELS if label in kept and label in previous]
@@ -326,14 +399,22 @@ def rates(evaluations: Sequence[Mapping[str, Any]]) -> str:
 
     checked = sum(1 for e in evaluations if e.get("equivalent") is not None)
     categories = Counter(str(e.get("category")) for e in evaluations)
-    return (f"execution {pct('execution_ok')}, structural {pct('structural_match')}, "
-            f"equivalence {pct('equivalent')} ({checked} checked), "
-            f"categories {dict(sorted(categories.items()))}")
+    return (
+        f"execution {pct('execution_ok')}, structural {pct('structural_match')}, "
+        f"equivalence {pct('equivalent')} ({checked} checked), "
+        f"categories {dict(sorted(categories.items()))}"
+    )
 
 
-def freeze(release_dir: Path, *, labels: Sequence[str] = LABELS,
-           base_image: str | None = None, wheelhouse: Path | None = None,
-           work_dir: Path | None = None, quiet: bool = False) -> dict[str, list[dict[str, Any]]]:
+def freeze(
+    release_dir: Path,
+    *,
+    labels: Sequence[str] = LABELS,
+    base_image: str | None = None,
+    wheelhouse: Path | None = None,
+    work_dir: Path | None = None,
+    quiet: bool = False,
+) -> dict[str, list[dict[str, Any]]]:
     """Score the rows, then write them, the matrix, and the rebuilt release.json.
 
     Nothing in `release_dir` changes unless every row scored as it must.
@@ -364,9 +445,16 @@ def freeze(release_dir: Path, *, labels: Sequence[str] = LABELS,
         for label in labels:
             started = time.monotonic()
             say(f"scoring {label} ...")
-            scored[label] = score_row(staging, release.prompts, label, work,
-                                      base_image=base_image, wheelhouse=wheelhouse,
-                                      requirements=requirements, quiet=quiet)
+            scored[label] = score_row(
+                staging,
+                release.prompts,
+                label,
+                work,
+                base_image=base_image,
+                wheelhouse=wheelhouse,
+                requirements=requirements,
+                quiet=quiet,
+            )
             say(f"{label}: {rates(scored[label])} ({time.monotonic() - started:.1f} s)")
 
     frozen = release_dir / demo_build.FROZEN_DIR
@@ -400,21 +488,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.tools.demo_frozen",
         description="Score the demo release's frozen matrix (oracle, retrieval-copy, empty) "
-                    "in the evaluator container and rewrite release.json.")
-    parser.add_argument("--output", type=Path, default=DEMO_RELEASE_DIR, metavar="DIR",
-                        help="release directory (default: the bundled engine/demo/release)")
-    parser.add_argument("--base-image", default=None, metavar="IMAGE",
-                        help=f"evaluator base image (default: {LOCAL_BASE_IMAGE} when it "
-                             "exists locally, else the Dockerfile's default)")
-    parser.add_argument("--wheelhouse", type=Path, default=None, metavar="DIR",
-                        help=f"offline wheels for the image (default: {LOCAL_WHEELHOUSE} when "
-                             "it holds wheels)")
-    parser.add_argument("--row", action="append", choices=LABELS, default=None,
-                        help="score only this row (repeatable; default: all three); other "
-                             "rows of the matrix are kept")
-    parser.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
-                        help="keep the staging release, responses and replay outputs here "
-                             "(default: a temporary directory, removed)")
+        "in the evaluator container and rewrite release.json.",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=DEMO_RELEASE_DIR,
+        metavar="DIR",
+        help="release directory (default: the bundled engine/demo/release)",
+    )
+    parser.add_argument(
+        "--base-image",
+        default=None,
+        metavar="IMAGE",
+        help=f"evaluator base image (default: {LOCAL_BASE_IMAGE} when it "
+        "exists locally, else the Dockerfile's default)",
+    )
+    parser.add_argument(
+        "--wheelhouse",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"offline wheels for the image (default: {LOCAL_WHEELHOUSE} when it holds wheels)",
+    )
+    parser.add_argument(
+        "--row",
+        action="append",
+        choices=LABELS,
+        default=None,
+        help="score only this row (repeatable; default: all three); other "
+        "rows of the matrix are kept",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the staging release, responses and replay outputs here "
+        "(default: a temporary directory, removed)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = parser.parse_args(argv)
     from engine.errors import PqidError
@@ -426,8 +538,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     labels = tuple(dict.fromkeys(args.row)) if args.row else LABELS
     started = time.monotonic()
     try:
-        scored = freeze(args.output, labels=labels, base_image=base_image,
-                        wheelhouse=wheelhouse, work_dir=args.work_dir, quiet=args.quiet)
+        scored = freeze(
+            args.output,
+            labels=labels,
+            base_image=base_image,
+            wheelhouse=wheelhouse,
+            work_dir=args.work_dir,
+            quiet=args.quiet,
+        )
     except (FreezeError, demo_build.BuildError, PqidError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

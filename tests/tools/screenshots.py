@@ -20,8 +20,9 @@ SIZE = (120, 40)
 RUNS_DIR = Path("/tmp/pqid-tui-screenshots/runs")
 
 
-async def shoot(out: Path, *, replay: bool, base_image: str | None,
-                wheelhouse: str | None) -> list[Path]:
+async def shoot(
+    out: Path, *, replay: bool, base_image: str | None, wheelhouse: str | None
+) -> list[Path]:
     from textual.widgets import Checkbox, Input
 
     from engine.demo import DEMO_RELEASE_DIR
@@ -34,6 +35,7 @@ async def shoot(out: Path, *, replay: bool, base_image: str | None,
     saved: list[Path] = []
 
     async with app.run_test(size=SIZE) as pilot:
+
         async def settle(delay: float = 0.3) -> None:
             await app.workers.wait_for_complete()
             await pilot.pause(delay)
@@ -89,16 +91,22 @@ async def shoot(out: Path, *, replay: bool, base_image: str | None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.tools.screenshots",
-                                     description="Regenerate screenshots/*.svg from a real run.")
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.tools.screenshots",
+        description="Regenerate screenshots/*.svg from a real run.",
+    )
     parser.add_argument("--out", type=Path, default=Path("screenshots"))
-    parser.add_argument("--replay", action="store_true",
-                        help="also build the evaluator image and replay the run in Docker")
+    parser.add_argument(
+        "--replay",
+        action="store_true",
+        help="also build the evaluator image and replay the run in Docker",
+    )
     parser.add_argument("--base-image", help="base image for the evaluator image")
     parser.add_argument("--wheelhouse", help="offline wheelhouse for the evaluator image")
     args = parser.parse_args(argv)
-    saved = asyncio.run(shoot(args.out, replay=args.replay, base_image=args.base_image,
-                              wheelhouse=args.wheelhouse))
+    saved = asyncio.run(
+        shoot(args.out, replay=args.replay, base_image=args.base_image, wheelhouse=args.wheelhouse)
+    )
     for path in saved:
         print(path)
     return 0

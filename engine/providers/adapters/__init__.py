@@ -20,16 +20,30 @@ from engine.providers.adapters.gemini_generate import GeminiGenerateAdapter
 from engine.providers.adapters.openai_chat import OpenAIChatAdapter
 from engine.providers.routes import Route
 
-__all__ = ["ADAPTERS", "FINISH_REASONS", "NON_TRANSIENT_CODES", "RETRYABLE_STATUSES", "Adapter",
-           "AnthropicMessagesAdapter", "GeminiGenerateAdapter", "OpenAIChatAdapter", "Reply",
-           "adapter_for", "error_for_status", "normalise_usage", "parse_retry_after",
-           "status_error_class"]
+__all__ = [
+    "ADAPTERS",
+    "FINISH_REASONS",
+    "NON_TRANSIENT_CODES",
+    "RETRYABLE_STATUSES",
+    "Adapter",
+    "AnthropicMessagesAdapter",
+    "GeminiGenerateAdapter",
+    "OpenAIChatAdapter",
+    "Reply",
+    "adapter_for",
+    "error_for_status",
+    "normalise_usage",
+    "parse_retry_after",
+    "status_error_class",
+]
 
 
-ADAPTERS: dict[str, Adapter] = {"openai-chat": OpenAIChatAdapter(),
-                                "anthropic-messages": AnthropicMessagesAdapter(),
-                                "gemini-generate": GeminiGenerateAdapter(),
-                                "oracle": OpenAIChatAdapter()}
+ADAPTERS: dict[str, Adapter] = {
+    "openai-chat": OpenAIChatAdapter(),
+    "anthropic-messages": AnthropicMessagesAdapter(),
+    "gemini-generate": GeminiGenerateAdapter(),
+    "oracle": OpenAIChatAdapter(),
+}
 
 
 def adapter_for(route: Route) -> Adapter:

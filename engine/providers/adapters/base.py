@@ -36,8 +36,9 @@ class Adapter(Protocol):
 
     def auth_headers(self, route: Route, secret: str | None) -> dict[str, str]: ...
 
-    def build_body(self, model: str, messages: list[dict[str, str]],
-                   contract: dict[str, Any]) -> dict[str, Any]: ...
+    def build_body(
+        self, model: str, messages: list[dict[str, str]], contract: dict[str, Any]
+    ) -> dict[str, Any]: ...
 
     def parse(self, status: int, headers: dict[str, str], body: bytes) -> Reply: ...
 
@@ -46,8 +47,9 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def normalise_usage(prompt: Any, completion: Any, total: Any = None,
-                    raw: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def normalise_usage(
+    prompt: Any, completion: Any, total: Any = None, raw: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     p, c, t = _int(prompt), _int(completion), _int(total)
     if p is None and c is None and t is None:
         return raw or None
@@ -59,7 +61,6 @@ def normalise_usage(prompt: Any, completion: Any, total: Any = None,
     return out
 
 
-def system_and_turns(messages: list[dict[str, str]]) -> tuple[str | None,
-                                                               list[dict[str, str]]]:
+def system_and_turns(messages: list[dict[str, str]]) -> tuple[str | None, list[dict[str, str]]]:
     system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
     return system or None, [m for m in messages if m["role"] != "system"]

@@ -12,15 +12,27 @@ from engine.errors import ProviderError
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 # A 429 with one of these codes is a billing state, not a burst: waiting does not help.
-NON_TRANSIENT_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached",
-                                 "enforced_spend_limit_reached"})
+NON_TRANSIENT_CODES = frozenset(
+    {"insufficient_quota", "billing_hard_limit_reached", "enforced_spend_limit_reached"}
+)
 
 
 def status_error_class(status: int) -> str:
-    return {400: "bad_request", 401: "auth_error", 402: "payment_required", 403: "forbidden",
-            404: "not_found", 408: "timeout", 409: "conflict", 413: "too_large",
-            422: "bad_request", 425: "too_early", 429: "rate_limit", 503: "overloaded",
-            529: "overloaded"}.get(status, "server_error" if status >= 500 else "client_error")
+    return {
+        400: "bad_request",
+        401: "auth_error",
+        402: "payment_required",
+        403: "forbidden",
+        404: "not_found",
+        408: "timeout",
+        409: "conflict",
+        413: "too_large",
+        422: "bad_request",
+        425: "too_early",
+        429: "rate_limit",
+        503: "overloaded",
+        529: "overloaded",
+    }.get(status, "server_error" if status >= 500 else "client_error")
 
 
 def parse_retry_after(headers: dict[str, str], now: float | None = None) -> float | None:
@@ -107,8 +119,13 @@ def error_for_status(status: int, headers: dict[str, str], body: bytes) -> Provi
     retry_after = parse_retry_after(headers)
     if retry_after is None:
         retry_after = _retry_info_delay(payload)
-    return ProviderError(error_class, f"HTTP {status}: {message}", retryable=retryable,
-                         status=status, retry_after=retry_after)
+    return ProviderError(
+        error_class,
+        f"HTTP {status}: {message}",
+        retryable=retryable,
+        status=status,
+        retry_after=retry_after,
+    )
 
 
 def parse_json_reply(status: int, headers: dict[str, str], body: bytes) -> dict[str, Any]:
@@ -119,20 +136,39 @@ def parse_json_reply(status: int, headers: dict[str, str], body: bytes) -> dict[
         payload = _decode_json(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         kind = headers.get("content-type", "unknown content type")
-        raise ProviderError("invalid_json", f"HTTP {status} body is not JSON ({kind}: {exc})",
-                            retryable=True, status=status) from None
+        raise ProviderError(
+            "invalid_json",
+            f"HTTP {status} body is not JSON ({kind}: {exc})",
+            retryable=True,
+            status=status,
+        ) from None
     if isinstance(payload, list) and len(payload) == 1 and isinstance(payload[0], dict):
         payload = payload[0]  # some front ends wrap the object in an array
     if not isinstance(payload, dict):
-        raise ProviderError("unexpected_body", f"HTTP {status} body is not a JSON object",
-                            retryable=True, status=status)
+        raise ProviderError(
+            "unexpected_body",
+            f"HTTP {status} body is not a JSON object",
+            retryable=True,
+            status=status,
+        )
     return payload
 
 
 def error_in_ok_body(status: int, payload: dict[str, Any], body: bytes) -> ProviderError:
     # An error delivered with status 200 (routers do this once generation started).
     message, code = _error_message(payload, body)
-    retryable = not (code in NON_TRANSIENT_CODES or (code is not None and code.isdigit()
-                     and 400 <= int(code) < 500 and int(code) not in RETRYABLE_STATUSES))
-    return ProviderError("error_in_body", f"HTTP {status} with an error body: {message}",
-                         retryable=retryable, status=status)
+    retryable = not (
+        code in NON_TRANSIENT_CODES
+        or (
+            code is not None
+            and code.isdigit()
+            and 400 <= int(code) < 500
+            and int(code) not in RETRYABLE_STATUSES
+        )
+    )
+    return ProviderError(
+        "error_in_body",
+        f"HTTP {status} with an error body: {message}",
+        retryable=retryable,
+        status=status,
+    )

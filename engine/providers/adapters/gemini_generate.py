@@ -14,9 +14,17 @@ class GeminiGenerateAdapter:
     """Google's native Gemini API (`POST {base}/models/{model}:generateContent`)."""
 
     name = "gemini-generate"
-    _FILTERED: ClassVar[frozenset[str]] = frozenset({
-        "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
-        "LANGUAGE"})
+    _FILTERED: ClassVar[frozenset[str]] = frozenset(
+        {
+            "SAFETY",
+            "RECITATION",
+            "BLOCKLIST",
+            "PROHIBITED_CONTENT",
+            "SPII",
+            "IMAGE_SAFETY",
+            "LANGUAGE",
+        }
+    )
 
     def url(self, route: Route, model: str) -> str:
         name = model if model.startswith("models/") else f"models/{model}"
@@ -25,12 +33,19 @@ class GeminiGenerateAdapter:
     def auth_headers(self, route: Route, secret: str | None) -> dict[str, str]:
         return {"x-goog-api-key": secret} if secret else {}
 
-    def build_body(self, model: str, messages: list[dict[str, str]],
-                   contract: dict[str, Any]) -> dict[str, Any]:
+    def build_body(
+        self, model: str, messages: list[dict[str, str]], contract: dict[str, Any]
+    ) -> dict[str, Any]:
         system, turns = system_and_turns(messages)
-        body: dict[str, Any] = {"contents": [
-            {"role": "model" if m["role"] == "assistant" else "user",
-             "parts": [{"text": m["content"]}]} for m in turns]}
+        body: dict[str, Any] = {
+            "contents": [
+                {
+                    "role": "model" if m["role"] == "assistant" else "user",
+                    "parts": [{"text": m["content"]}],
+                }
+                for m in turns
+            ]
+        }
         if system is not None:
             body["systemInstruction"] = {"parts": [{"text": system}]}
         config: dict[str, Any] = {"maxOutputTokens": contract["max_output_tokens"]}
@@ -58,8 +73,9 @@ class GeminiGenerateAdapter:
         thoughts = meta.get("thoughtsTokenCount")
         if isinstance(completion, int) and isinstance(thoughts, int):
             completion += thoughts  # billed as output; total = prompt + candidates + thoughts
-        usage = normalise_usage(meta.get("promptTokenCount"), completion,
-                                meta.get("totalTokenCount"), meta or None)
+        usage = normalise_usage(
+            meta.get("promptTokenCount"), completion, meta.get("totalTokenCount"), meta or None
+        )
         model = payload.get("modelVersion")
         request_id = payload.get("responseId")
         candidates = payload.get("candidates")
@@ -67,14 +83,25 @@ class GeminiGenerateAdapter:
             feedback = payload.get("promptFeedback") or {}
             reason = feedback.get("blockReason") if isinstance(feedback, dict) else None
             if reason:
-                return Reply("", "content_filter", model if isinstance(model, str) else None,
-                             usage, request_id, f"promptFeedback.blockReason={reason}")
-            raise ProviderError("unexpected_body", f"HTTP {status} body has no candidates",
-                                retryable=True, status=status)
+                return Reply(
+                    "",
+                    "content_filter",
+                    model if isinstance(model, str) else None,
+                    usage,
+                    request_id,
+                    f"promptFeedback.blockReason={reason}",
+                )
+            raise ProviderError(
+                "unexpected_body",
+                f"HTTP {status} body has no candidates",
+                retryable=True,
+                status=status,
+            )
         first = candidates[0] if isinstance(candidates[0], dict) else {}
         parts = (first.get("content") or {}).get("parts") or []
-        content = "".join(str(p.get("text", "")) for p in parts
-                          if isinstance(p, dict) and not p.get("thought"))
+        content = "".join(
+            str(p.get("text", "")) for p in parts if isinstance(p, dict) and not p.get("thought")
+        )
         finish = first.get("finishReason")
         finish = finish if isinstance(finish, str) else None
         if finish == "STOP":
@@ -85,5 +112,11 @@ class GeminiGenerateAdapter:
             normalised = "content_filter"
         else:
             normalised = "other"
-        return Reply(content, normalised, model if isinstance(model, str) else None, usage,
-                     str(request_id) if request_id is not None else None, finish)
+        return Reply(
+            content,
+            normalised,
+            model if isinstance(model, str) else None,
+            usage,
+            str(request_id) if request_id is not None else None,
+            finish,
+        )

@@ -22,8 +22,9 @@ class OpenAIChatAdapter:
     def auth_headers(self, route: Route, secret: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {secret}"} if secret else {}
 
-    def build_body(self, model: str, messages: list[dict[str, str]],
-                   contract: dict[str, Any]) -> dict[str, Any]:
+    def build_body(
+        self, model: str, messages: list[dict[str, str]], contract: dict[str, Any]
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, "messages": messages}
         if contract.get("temperature") is not None:
             body["temperature"] = contract["temperature"]
@@ -42,8 +43,12 @@ class OpenAIChatAdapter:
         if not choices and payload.get("error") is not None:
             raise error_in_ok_body(status, payload, body)
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise ProviderError("unexpected_body", f"HTTP {status} body has no choices",
-                                retryable=True, status=status)
+            raise ProviderError(
+                "unexpected_body",
+                f"HTTP {status} body has no choices",
+                retryable=True,
+                status=status,
+            )
         choice = choices[0]
         message_obj = choice.get("message")
         if not isinstance(message_obj, dict):
@@ -55,25 +60,48 @@ class OpenAIChatAdapter:
             content = json.dumps(content)
         finish = choice.get("finish_reason")
         if finish == "error":
-            raise ProviderError("error_in_body", f"HTTP {status}: generation ended in an error",
-                                retryable=True, status=status)
+            raise ProviderError(
+                "error_in_body",
+                f"HTTP {status}: generation ended in an error",
+                retryable=True,
+                status=status,
+            )
         finish = finish if isinstance(finish, str) else None
-        normalised = {"stop": "stop", "length": "length", "content_filter": "content_filter",
-                      None: "other"}.get(finish, "other")
+        normalised = {
+            "stop": "stop",
+            "length": "length",
+            "content_filter": "content_filter",
+            None: "other",
+        }.get(finish, "other")
         if message_obj.get("refusal"):
             normalised = "refusal"
         raw_usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else None
         usage = None
         if raw_usage is not None:
-            usage = normalise_usage(raw_usage.get("prompt_tokens"),
-                                    raw_usage.get("completion_tokens"),
-                                    raw_usage.get("total_tokens"))
-            extra = {k: v for k, v in raw_usage.items()
-                     if k not in ("prompt_tokens", "completion_tokens", "total_tokens")}
+            usage = normalise_usage(
+                raw_usage.get("prompt_tokens"),
+                raw_usage.get("completion_tokens"),
+                raw_usage.get("total_tokens"),
+            )
+            extra = {
+                k: v
+                for k, v in raw_usage.items()
+                if k not in ("prompt_tokens", "completion_tokens", "total_tokens")
+            }
             if usage is not None and extra:
                 usage["provider_usage"] = extra
-        request_id = (headers.get("x-request-id") or headers.get("request-id")
-                      or headers.get("x-generation-id") or payload.get("id"))
+        request_id = (
+            headers.get("x-request-id")
+            or headers.get("request-id")
+            or headers.get("x-generation-id")
+            or payload.get("id")
+        )
         model = payload.get("model")
-        return Reply(content, normalised, model if isinstance(model, str) else None, usage,
-                     str(request_id) if request_id is not None else None, finish)
+        return Reply(
+            content,
+            normalised,
+            model if isinstance(model, str) else None,
+            usage,
+            str(request_id) if request_id is not None else None,
+            finish,
+        )
