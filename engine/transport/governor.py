@@ -15,14 +15,21 @@ the provider says:
     prompts, than a background of 10 % would give one time in a thousand, and (unless the
     window is still widening in slow start) at least 30 % of them;
   - or the route is paced after a limit and the 429s among its requests since the cut are
-    more than the background share explains (one time in 500). Once the pace probes above
-    the rate where the limit was found, on a route whose answers below that have held
-    almost no 429 (under 1 % of 50 or more), the first 429 is the limit again.
+    more than the background share explains (one time in 500), the share taken as high as
+    the answers it stands on allow (two standard errors above it, at most 10 %), so that
+    random 429s on a route that knows little of its background are not taken for its limit.
+    On a paced route whose answers outside the spans that ended in a cut (and, once the
+    limit's rate is measured, sent below half-way up to it) have held almost no 429 (under
+    1 % of 30 or more), the first 429 is the limit again. An isolated 429 to a request paced
+    above a measured rate undoes a second of the probe's growth.
   Otherwise it is isolated: the slot is freed and the window, the pace and every other worker
   are left alone; the prompt retries by its own backoff and `Retry-After`. The background
   share is that of the 429s among the last 400 answers to requests sent below the probing
   zone (a prior of one in twenty until there are answers enough): what a route sees
-  whatever its rate, since a limit's 429s come only when the rate is high.
+  whatever its rate, since a limit's 429s come only when the rate is high. The requests of a
+  span that ended in a cut (from the first 429 of the judge's sample, and those unanswered
+  at the cut) leave it as a whole, successes with 429s: taking out only the 429s would leave
+  it diluted by that span's successes.
 - A limit is a signal once per round trip: answers to requests sent before the last cut are
   taken as the same congestion. On a signal the route pauses for the shortest Retry-After a
   recent 429 asked for (every worker, not only the one that was told; a 429 refused at random
@@ -30,7 +37,10 @@ the provider says:
   actually admitting since the previous signal, its pause included (a little less, and
   allowing for the background share), and the window is halved, though never below what that
   pace needs at the observed latency (twice pace x latency), so a rate limit is met by
-  pacing, not by starving. The pace then rises by 5 % a second; from half-way back to the
+  pacing, not by starving. After a limit that asked for a pause of a second or more (a window
+  that remembers what was sent), the pace is at most what was admitted over the last 30 s up
+  to the end of the pause: a window refilled in a pause, or a first burst, would otherwise
+  look like a rate it cannot keep up. The pace then rises by 5 % a second; from half-way back to the
   rate where the limit was found it is probing, and past a rate that was measured (not
   guessed from a first burst) it rises by 1 % a second, because a window remembers what was
   sent for as long as it lasts and an excess shows late.
@@ -70,6 +80,9 @@ _PROBE_ABOVE = 0.01  # ... and once above the rate where the last limit was foun
 _HEADER_MARGIN = 0.97  # of the refill rate the headers imply
 _SENT_MEMORY = 10.0  # seconds of tickets kept to match against the headers' counts
 _ADMITTED_MEMORY = 5.0  # seconds of answers (time, ticket) kept to measure admission
+_SUSTAINED_MEMORY = 30.0  # seconds of admitted tickets kept to bound the rate a limit sustains
+_SUSTAINED_SPAN = 1.0  # seconds of sending, at least, before that bound is taken ...
+_WINDOW_PAUSE = 1.0  # ... after a limit that asked for a pause of this many seconds at least
 _RECENT = 40  # requests whose outcomes judge whether a 429 is one of a run
 _RUN_SHARE = 0.30  # of them answered 429, at least, for a run ...
 _RUN_ABOVE_BACKGROUND = 0.20  # ... and this much above the background share
@@ -78,7 +91,7 @@ _PROBE_CHANCE = 0.002  # at most, that a paced route's 429s come at the backgrou
 _RUN_CHANCE = 0.001  # at most, that a run's 429s come at random
 _RUN_BACKGROUND = 0.1  # the background a run is held against, at least
 _PRIOR = (1.0, 20.0)  # 429s and answers assumed before any are seen
-_CLEAN_ANSWERS = 50  # answers below the probing zone, at least, to call a route clean ...
+_CLEAN_ANSWERS = 30  # answers below the probing zone, at least, to call a route clean ...
 _CLEAN_SHARE = 0.01  # ... with at most this share of 429s among them
 _RANDOM_ALLOWANCE = 1.1  # at most, what the pace adds for requests refused at random
 _BACKGROUND = 400  # answers kept to measure the share of 429s that come whatever the rate
@@ -118,8 +131,9 @@ def _seconds_until(text: str, now: float) -> float | None:
     return max(0.0, moment.timestamp() - now)
 
 
-def budgets(headers: dict[str, str], now: float | None = None
-            ) -> dict[str, tuple[str, int, int, float]]:
+def budgets(
+    headers: dict[str, str], now: float | None = None
+) -> dict[str, tuple[str, int, int, float]]:
     """family -> (header style, limit, remaining, seconds until fully replenished), for every
     family (`requests`, `tokens`, ...) whose rate-limit headers can be read."""
     now = time.time() if now is None else now
@@ -127,8 +141,10 @@ def budgets(headers: dict[str, str], now: float | None = None
     for family in _FAMILIES:
         for style in ("openai", "anthropic"):
             if style == "anthropic":
-                names = [f"anthropic-ratelimit-{family}-{part}"
-                         for part in ("limit", "remaining", "reset")]
+                names = [
+                    f"anthropic-ratelimit-{family}-{part}"
+                    for part in ("limit", "remaining", "reset")
+                ]
             else:
                 names = [f"x-ratelimit-{part}-{family}" for part in ("limit", "remaining", "reset")]
             limit, remaining, reset = (headers.get(name) for name in names)
@@ -138,8 +154,7 @@ def budgets(headers: dict[str, str], now: float | None = None
                 lim, rem = int(float(limit)), int(float(remaining))
             except ValueError:
                 continue
-            seconds = (_seconds_until(reset, now) if style == "anthropic"
-                       else parse_duration(reset))
+            seconds = _seconds_until(reset, now) if style == "anthropic" else parse_duration(reset)
             if seconds is None or lim <= 0:
                 continue
             found[family] = (style, lim, max(0, rem), seconds)
@@ -147,8 +162,9 @@ def budgets(headers: dict[str, str], now: float | None = None
     return found
 
 
-def request_budget(headers: dict[str, str], now: float | None = None
-                   ) -> tuple[int, int, float] | None:
+def request_budget(
+    headers: dict[str, str], now: float | None = None
+) -> tuple[int, int, float] | None:
     """(limit, remaining, seconds until fully replenished) from a provider's rate-limit
     headers on requests, or None when it sent none that can be read."""
     found = budgets(headers, now).get("requests")
@@ -162,8 +178,14 @@ def header_families(headers: dict[str, str]) -> set[str]:
         low = name.lower()
         if not low.startswith(_RATE_LIMIT_PREFIXES):
             continue
-        family = next((f for f in sorted(_FAMILIES, key=len, reverse=True)
-                       if low.endswith("-" + f) or f"-{f}-" in low), None)
+        family = next(
+            (
+                f
+                for f in sorted(_FAMILIES, key=len, reverse=True)
+                if low.endswith("-" + f) or f"-{f}-" in low
+            ),
+            None,
+        )
         if family is None:
             families.add(low)
         elif low.startswith("anthropic-"):
@@ -179,8 +201,7 @@ def _chance(hits: int, n: int, p: float) -> float:
         return 1.0
     if n <= 0 or hits > n:
         return 0.0
-    return min(1.0, sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k)
-                        for k in range(hits, n + 1)))
+    return min(1.0, sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(hits, n + 1)))
 
 
 def _number(text: str) -> float | None:
@@ -198,6 +219,8 @@ class _Sent:
     throttled: bool | None = None  # None: no answer yet
     prompt: str | None = None
     probing: bool = False  # sent in the probing zone
+    pace: float | None = None  # the pace it was sent at (None: not paced)
+    congested: bool = False  # sent in the span that ended in a cut, or unanswered at the cut
     retry_after: float | None = None  # what its 429 asked for
 
 
@@ -217,8 +240,15 @@ class _Mirror:
     def spend(self, moment: float) -> None:
         self.level, self.at = self.now(moment) - 1.0, moment
 
-    def read(self, limit: float, remaining: float, reset: float, ticket: float, now: float,
-             sent_since: int) -> None:
+    def read(
+        self,
+        limit: float,
+        remaining: float,
+        reset: float,
+        ticket: float,
+        now: float,
+        sent_since: int,
+    ) -> None:
         """What the provider had left when it took the request sent at `ticket`, plus what it
         refilled since, minus what was sent since."""
         if reset > 0 and remaining < limit:
@@ -244,8 +274,13 @@ class _Mirror:
 class Governor:
     """Admission control for one route."""
 
-    def __init__(self, ceiling: int, *, initial: int = INITIAL_WINDOW,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ceiling: int,
+        *,
+        initial: int = INITIAL_WINDOW,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.ceiling = max(1, ceiling)
         self.window = float(min(self.ceiling, max(1, initial)))
         self._slow_start = True
@@ -261,6 +296,8 @@ class Governor:
         self._paced_since = 0.0
         self._next_start = 0.0
         self._admitted: collections.deque[tuple[float, float]] = collections.deque()
+        self._sustained: collections.deque[float] = collections.deque()  # admitted tickets
+        self._first_ticket: float | None = None
         self._latency: float | None = None  # seconds, moving average of answered requests
         self._first_answer: float | None = None
         self._sent: collections.deque[float] = collections.deque()  # tickets, recent ones
@@ -268,12 +305,14 @@ class Governor:
         self._token_cost: float | None = None  # tokens a request costs, from the readings
         self._token_reading: tuple[float, float] | None = None  # (ticket, remaining)
         self._recent: collections.deque[_Sent] = collections.deque(
-            maxlen=2 * self.ceiling + _RECENT)  # the last requests sent
+            maxlen=2 * self.ceiling + _RECENT
+        )  # the last requests sent
         self._unanswered: dict[float, list[_Sent]] = {}  # ticket -> those of _recent
-        # Answers to requests sent below the probing zone, 429s taken as limits left out:
-        # (ticket, whether a 429)
-        self._background: collections.deque[tuple[float, bool]] = collections.deque(
-            maxlen=_BACKGROUND)
+        # Answers to requests sent outside the spans that ended in a cut:
+        # (ticket, whether a 429, whether sent in the probing zone, the pace it was sent at)
+        self._background: collections.deque[tuple[float, bool, bool, float | None]] = (
+            collections.deque(maxlen=_BACKGROUND)
+        )
         self._limit_rate: float | None = None  # where the last limit was found, per second
         self._zone_rate = math.inf  # the pace from which the route is probing for it
         self._measured: float | None = None  # the limit's rate, when measured (not guessed)
@@ -284,8 +323,7 @@ class Governor:
         self.isolated = 0
         self.limit_reasons: collections.Counter[str] = collections.Counter()
         self.pauses = 0
-        self.decisions: collections.deque[dict[str, Any]] = collections.deque(
-            maxlen=_DECISIONS)
+        self.decisions: collections.deque[dict[str, Any]] = collections.deque(maxlen=_DECISIONS)
         self._last_isolated: dict[str, Any] | None = None
         self._families: set[str] = set()
 
@@ -313,6 +351,8 @@ class Governor:
                 for mirror in self._mirrors.values():
                     mirror.spend(now)
                 self.in_flight += 1
+                if self._first_ticket is None:
+                    self._first_ticket = now
                 self._sent.append(now)
                 while self._sent and self._sent[0] < now - _SENT_MEMORY:
                     self._sent.popleft()
@@ -320,7 +360,7 @@ class Governor:
                     self._next_start = max(now, self._next_start) + 1.0 / pace
                     if self._zone_since == math.inf and pace >= self._zone_rate:
                         self._zone_since = now
-                self._remember(now)
+                self._remember(now, pace)
                 return now
 
     @property
@@ -329,8 +369,10 @@ class Governor:
         if self._pace is None:
             return None
         elapsed = max(0.0, self._clock() - self._paced_since)
-        grown: float = self._pace * (1 + _PROBE_PER_SECOND) ** elapsed
         found = self._measured
+        if found is not None and self._pace >= found:
+            return float(self._pace * (1 + _PROBE_ABOVE) ** elapsed)
+        grown: float = self._pace * (1 + _PROBE_PER_SECOND) ** elapsed
         if found is not None and grown > found > self._pace:
             # Past the rate where the limit was measured it probes gently: a window remembers
             # what was sent for as long as it lasts, so an excess shows late.
@@ -338,16 +380,35 @@ class Governor:
             grown = found * (1 + _PROBE_ABOVE) ** (elapsed - below)
         return grown
 
+    def _hold_probe(self, now: float, entry: _Sent | None) -> None:
+        """An isolated 429 to a request paced above the rate where the limit was measured
+        undoes a second of the probe's growth: it may be random, or the limit's first excess
+        too few to tell apart from the background, and a probe that went on rising through
+        such 429s would creep past the limit by 1 % a second with nothing to stop it. Random
+        429s hold the pace near the measured rate; they never lower it below."""
+        found, pace = self._measured, self.pace
+        if (
+            found is None
+            or pace is None
+            or entry is None
+            or entry.pace is None
+            or entry.pace <= found
+            or pace <= found
+        ):
+            return
+        self._pace = max(found, pace / (1 + _PROBE_ABOVE))
+        self._paced_since = now
+
     def _free(self) -> None:
         self.in_flight = max(0, self.in_flight - 1)
         self._released.set()
 
-    def _remember(self, ticket: float) -> None:
+    def _remember(self, ticket: float, pace: float | None) -> None:
         if len(self._recent) == self._recent.maxlen:
             oldest = self._recent[0]
             if oldest.throttled is None:
                 self._forget(oldest)
-        entry = _Sent(ticket, probing=ticket >= self._zone_since)
+        entry = _Sent(ticket, probing=ticket >= self._zone_since, pace=pace)
         self._recent.append(entry)
         self._unanswered.setdefault(ticket, []).append(entry)
 
@@ -359,8 +420,7 @@ class Governor:
             if not entries:
                 del self._unanswered[entry.ticket]
 
-    def _outcome(self, ticket: float, throttled: bool, prompt: str | None = None
-                 ) -> _Sent | None:
+    def _outcome(self, ticket: float, throttled: bool, prompt: str | None = None) -> _Sent | None:
         entries = self._unanswered.get(ticket)
         if not entries:
             return None
@@ -373,6 +433,21 @@ class Governor:
     def _probing(self, ticket: float, entry: _Sent | None) -> bool:
         """Whether the request was sent in the probing zone."""
         return entry.probing if entry is not None else ticket >= self._zone_since
+
+    def _calm(self, ticket: float, throttled: bool, entry: _Sent | None) -> None:
+        """Keep an answer as evidence of what the route refuses whatever its rate, unless it
+        was sent in a span that ended in a cut. Leaving out such a span as a whole, its
+        successes with its 429s, keeps the share unbiased: a 429 taken as the limit there
+        may as well have been refused at random."""
+        if entry is None or not entry.congested:
+            self._background.append(
+                (
+                    ticket,
+                    throttled,
+                    self._probing(ticket, entry),
+                    entry.pace if entry is not None else None,
+                )
+            )
 
     def _sample(self, now: float, since: float = -math.inf) -> list[_Sent]:
         """The requests sent in the last two round trips (at least the last 40; after
@@ -393,8 +468,7 @@ class Governor:
         now = self._clock()
         self._free()
         entry = self._outcome(ticket, False)
-        if not self._probing(ticket, entry):
-            self._background.append((ticket, False))
+        self._calm(ticket, False, entry)
         took = max(0.0, now - ticket)
         self._latency = took if self._latency is None else 0.9 * self._latency + 0.1 * took
         if self._first_answer is None:
@@ -413,14 +487,39 @@ class Governor:
         self._admitted.append((now, ticket))
         while self._admitted and self._admitted[0][0] < now - _ADMITTED_MEMORY:
             self._admitted.popleft()
+        self._sustained.append(ticket)
+        while self._sustained and self._sustained[0] < now - _SUSTAINED_MEMORY:
+            self._sustained.popleft()
+
+    def _sustained_at_most(self, now: float, until: float) -> tuple[float, float] | None:
+        """(requests per second, over how many seconds): at most what the limit can sustain,
+        or None before the route has sent for long enough. At a signal the budget is used up
+        until the pause it asked for ends (`until`), so what it admitted over a long span
+        ending then is its rate plus at most one burst (a full bucket, a window's worth)
+        spread over that span. The requests still unanswered count as admitted, since a 429
+        comes back at once."""
+        if self._first_ticket is None:
+            return None
+        since = max(self._first_ticket, now - _SUSTAINED_MEMORY)
+        span = until - since
+        if span < _SUSTAINED_SPAN:
+            return None
+        admitted = sum(1 for t in self._sustained if t >= since) + self.in_flight
+        return admitted / span, span
 
     def failed(self) -> None:
         """No answer (timeout, connection failure): frees the slot, changes nothing else."""
         self._free()
 
-    def throttled(self, ticket: float, retry_after: float | None,
-                  headers: dict[str, str] | None = None, *, honour_pause: bool = True,
-                  prompt: str | None = None) -> str:
+    def throttled(
+        self,
+        ticket: float,
+        retry_after: float | None,
+        headers: dict[str, str] | None = None,
+        *,
+        honour_pause: bool = True,
+        prompt: str | None = None,
+    ) -> str:
         """A 429 (or a provider's equivalent) for a request sent at `ticket` (for `prompt`);
         returns how it was taken: `limit` or `isolated`."""
         now = self._clock()
@@ -438,9 +537,9 @@ class Governor:
             self._read_headers(ticket, headers, now)
         if kind == "isolated":
             self.isolated += 1
-            if not self._probing(ticket, entry):
-                self._background.append((ticket, True))
+            self._calm(ticket, True, entry)
             self._last_isolated = {"t": round(now - self._born, 3), "reason": reason}
+            self._hold_probe(now, entry)
             return kind
         self.limits += 1
         self.limit_reasons[reason.split(":")[0]] += 1
@@ -448,8 +547,16 @@ class Governor:
             wait = retry_after if retry_after is not None else 1.0 / (self.pace or 1.0)
             # The shortest wait a recent 429 asked for: one refused whatever the rate may ask
             # for longer than the limit's own.
-            wait = min([wait, *(e.retry_after for e in self._sample(now)
-                                if e.throttled and e.retry_after is not None)])
+            wait = min(
+                [
+                    wait,
+                    *(
+                        e.retry_after
+                        for e in self._sample(now)
+                        if e.throttled and e.retry_after is not None
+                    ),
+                ]
+            )
             if wait > 0 and now + wait > self._pause_until + 0.001:
                 if self._pause_until <= now and wait >= _NOTED_PAUSE:
                     self.pauses += 1
@@ -467,12 +574,16 @@ class Governor:
         note = "no rate-limit headers"
         if families:
             readable = budgets(headers, time.time() - (now - ticket))
-            used_up = [f for f, (_, lim, rem, _) in readable.items()
-                       if rem <= self._exhausted_at(f, lim)]
+            used_up = [
+                f for f, (_, lim, rem, _) in readable.items() if rem <= self._exhausted_at(f, lim)
+            ]
             # Headers without a family (`x-ratelimit-remaining`, `ratelimit-remaining`).
-            bare = [_number(value) for name, value in headers.items()
-                    if name.lower() in header_families({name: value})
-                    and name.lower().endswith("remaining")]
+            bare = [
+                _number(value)
+                for name, value in headers.items()
+                if name.lower() in header_families({name: value})
+                and name.lower().endswith("remaining")
+            ]
             if any(left is not None and left <= 0 for left in bare):
                 used_up.append("the stated budget")
             if used_up:
@@ -491,33 +602,46 @@ class Governor:
             probing = ticket >= self._zone_since
             paced = [e for e in sample if e.ticket >= self._zone_since] if probing else sample
             hits = sum(1 for e in paced if e.throttled)
-            chance = _chance(hits, len(paced), background)
-            if probing and self._clean(start):
-                # A route whose 429s have come only with its rate: the first one above the rate
-                # where the limit was found is the limit again.
-                return "limit", (f"probe: a 429 paced above {self._limit_rate or 0:.1f}/s, "
-                                 "where the limit was found, on a route without random 429s")
+            bound = self._background_bound(start)
+            chance = _chance(hits, len(paced), bound)
+            if self._clean(start):
+                # A route whose 429s have come only with its rate: its first one, paced above
+                # the rate where the limit was found or just below it, is the limit again.
+                # Taken as isolated, such 429s would count as background and hide the limit.
+                return "limit", (
+                    f"{'probe' if probing else 'excess'}: a 429 paced "
+                    f"{'above' if probing else 'near'} "
+                    f"{self._limit_rate or 0:.1f}/s, where the limit was found, "
+                    "on a route without random 429s"
+                )
             if hits >= 2 and chance < _PROBE_CHANCE:
                 assert self._limit_rate is not None
-                return "limit", (f"{'probe' if probing else 'excess'}: {hits} of the last "
-                                 f"{len(paced)} requests paced since the limit was found at "
-                                 f"{self._limit_rate:.1f}/s were 429, a chance of "
-                                 f"{chance:.1g} at a background of {background:.0%}")
+                return "limit", (
+                    f"{'probe' if probing else 'excess'}: {hits} of the last "
+                    f"{len(paced)} requests paced since the limit was found at "
+                    f"{self._limit_rate:.1f}/s were 429, a chance of "
+                    f"{chance:.1g} at a background of up to {bound:.0%}"
+                )
+        # While the window still widens (slow start) the rate is rising: a run needs only to be
+        # more 429s than chance gives; afterwards also a large share of the requests.
+        rising = self._slow_start and self.window < self.ceiling
         hits = sum(1 for e in sample if e.throttled)
         prompts = len({e.prompt or e.ticket for e in sample if e.throttled})
         need = min(_RUN_PROMPTS, max(2, self.ceiling // 2))
         share = hits / max(1, len(sample))
-        # While the window still widens (slow start) the rate is rising: a run needs only to be
-        # more 429s than chance gives; afterwards also a large share of the requests.
-        rising = self._slow_start and self.window < self.ceiling
-        if (hits >= 2 and prompts >= need
-                and (rising or share >= max(_RUN_SHARE, background + _RUN_ABOVE_BACKGROUND))
-                and _chance(hits, len(sample), max(background, _RUN_BACKGROUND)) < _RUN_CHANCE):
-            self._unlearn(min(start, self._last_cut))
-            return "limit", (f"run: {hits} of the last {len(sample)} requests were 429, "
-                             f"for {prompts} prompts")
-        return "isolated", (f"{note}; {hits} of the last {len(sample)} requests were 429"
-                            f" (background {background:.0%})")
+        if (
+            hits >= 2
+            and prompts >= need
+            and (rising or share >= max(_RUN_SHARE, background + _RUN_ABOVE_BACKGROUND))
+            and _chance(hits, len(sample), max(background, _RUN_BACKGROUND)) < _RUN_CHANCE
+        ):
+            return "limit", (
+                f"run: {hits} of the last {len(sample)} requests were 429, for {prompts} prompts"
+            )
+        return "isolated", (
+            f"{note}; {hits} of the last {len(sample)} requests were 429"
+            f" (background {background:.0%})"
+        )
 
     def _exhausted_at(self, family: str, limit: int) -> float:
         floor = max(1.0, _EXHAUSTED * limit)
@@ -530,31 +654,69 @@ class Governor:
         """The share of 429s among answers to requests sent below the probing zone."""
         return self._background_before(math.inf)
 
-    def _unlearn(self, since: float) -> None:
-        """The 429s taken as isolated since `since` were a limit's: not background either."""
+    def _unlearn(self, now: float, previous: float) -> None:
+        """The span that ended in a cut is no background: its 429s (those taken as isolated
+        too) were the limit's. The requests sent in it (from the first 429 of the judge's
+        sample on) and those still unanswered at the cut leave the background, successes
+        with 429s, so that what is left is a share of the requests sent while the limit did
+        not bind."""
+        sample = self._sample(now, since=previous)
+        start = min((e.ticket for e in sample if e.throttled), default=now)
+        for entry in self._recent:
+            if entry.ticket >= start or entry.throttled is None:
+                entry.congested = True
         self._background = collections.deque(
-            (e for e in self._background if e[0] < since or not e[1]), maxlen=_BACKGROUND)
+            (e for e in self._background if e[0] < start), maxlen=_BACKGROUND
+        )
 
     def _clean(self, moment: float) -> bool:
-        """Whether, before `moment`, the route has had answers enough below the probing zone
-        and (almost) no 429 among them."""
-        answers = [hit for ticket, hit in self._background if ticket < moment]
+        """Whether, before `moment`, the route has had answers enough outside the spans that
+        ended in a cut and (almost) no 429 among them."""
+        answers = self._evidence(moment, below_zone=False)
         return len(answers) >= _CLEAN_ANSWERS and sum(answers) <= _CLEAN_SHARE * len(answers)
 
     def _background_before(self, moment: float) -> float:
         """The share of 429s among the answers to requests sent before `moment`, below the
         probing zone (a limit's 429s come when the rate is high, the others at any rate)."""
-        answers = [hit for ticket, hit in self._background if ticket < moment]
+        return self._background_counts(moment)[0]
+
+    def _background_bound(self, moment: float) -> float:
+        """The background share before `moment` as high as its answers allow (two standard
+        errors above it, at most the largest share taken as background): a paced route's 429s
+        are held against it, and one measured on few answers must not make random 429s look
+        like a limit."""
+        share, n = self._background_counts(moment)
+        return min(_BACKGROUND_MAX, share + 2 * math.sqrt(share * (1 - share) / n))
+
+    def _background_counts(self, moment: float) -> tuple[float, float]:
+        """(share of 429s, answers it stands on) among the answers to requests sent before
+        `moment` below the probing zone, a prior included."""
+        answers = self._evidence(moment, below_zone=True)
         # A prior of one 429 in 20 answers: until there are answers enough, the background is
         # not taken to be zero.
-        return (sum(answers) + _PRIOR[0]) / (len(answers) + _PRIOR[1])
+        n = len(answers) + _PRIOR[1]
+        return (sum(answers) + _PRIOR[0]) / n, n
+
+    def _evidence(self, moment: float, *, below_zone: bool) -> list[bool]:
+        """Whether each answer kept was a 429, for the requests sent before `moment` (only
+        those below the probing zone, if `below_zone`) at a pace below half-way up to the
+        rate where the limit was last measured: those paced faster, probing or by a guess
+        that proved too high, may have met the limit, and tell nothing sure of what is
+        refused whatever the rate. (Counted, the limit's 429s among them would make a route
+        without random 429s look as if it had them, and hide the limit behind them.)"""
+        below = math.inf if self._measured is None else self._measured * (1 + _PACE_FRACTION) / 2
+        return [
+            hit
+            for ticket, hit, probing, pace in self._background
+            if ticket < moment and not (below_zone and probing) and (pace is None or pace < below)
+        ]
 
     def _decide(self, now: float, kind: str, reason: str) -> None:
-        self.decisions.append({"t": round(now - self._born, 3), "kind": kind,
-                               "reason": reason})
+        self.decisions.append({"t": round(now - self._born, 3), "kind": kind, "reason": reason})
 
     def _cut(self, now: float, reason: str) -> None:
         previous = self._last_cut
+        self._unlearn(now, previous)
         self.signals += 1
         self._last_cut = now
         self._slow_start = False
@@ -576,8 +738,10 @@ class Governor:
             found = congested * min(1 / (1 - background), _RANDOM_ALLOWANCE)
             target = found * _PACE_FRACTION
             self._pace = min(target, current * _DECREASE) if current is not None else target
-            why = (f"{congested:.1f}/s admitted since the previous signal, "
-                   f"{background:.0%} refused whatever the rate")
+            why = (
+                f"{congested:.1f}/s admitted since the previous signal, "
+                f"{background:.0%} refused whatever the rate"
+            )
         elif current is not None:
             found, self._pace = current, current * _DECREASE
             why = "no admission rate measured: the pace less 10 %"
@@ -594,17 +758,36 @@ class Governor:
                 span = max(1.0, now - self._admitted[0][1])
                 self._pace = len(self._admitted) / span * _PACE_FRACTION
                 why = f"{len(self._admitted) / span:.2f}/s admitted in the last {span:.1f} s"
+        measured = congested is not None
+        # A limit that asks for a long pause is a window that remembers what was sent: the
+        # window it refills in the pause can make the span since the previous signal look like
+        # a far higher rate than it keeps up; a long span to the end of the pause cannot.
+        most = (
+            self._sustained_at_most(now, self._pause_until)
+            if self._pause_until - now >= _WINDOW_PAUSE
+            else None
+        )
+        if most is not None and self._pace is not None:
+            background = min(_BACKGROUND_MAX, self.background_share)
+            bound = most[0] * min(1 / (1 - background), _RANDOM_ALLOWANCE)
+            if self._pace > bound * _PACE_FRACTION:
+                self._pace, found, measured = bound * _PACE_FRACTION, bound, True
+                why = (
+                    f"{most[0]:.1f}/s admitted in the {most[1]:.0f} s to the end of its pause, "
+                    f"{background:.0%} refused whatever the rate"
+                )
         self._paced_since = max(now, self._pause_until)  # it probes once sending resumes
         pace = self.pace
         if found is None and pace is not None:
             found = pace / _PACE_FRACTION
         self._limit_rate = found if pace is not None else None
-        self._measured = found if pace is not None and congested is not None else None
+        self._measured = found if pace is not None and measured else None
         # Probing from half-way back up to it: the requests sent below are sure to be below
         # the limit and tell what is refused whatever the rate. Only a measured admission rate
         # is sure enough for that; after a guess the route probes at once.
-        self._zone_rate = (math.inf if pace is None or found is None
-                           else (pace + found) / 2 if congested is not None else 0.0)
+        self._zone_rate = (
+            math.inf if pace is None or found is None else (pace + found) / 2 if measured else 0.0
+        )
         self._zone_since = math.inf
         if pace is not None and self._latency is not None:
             # A rate limit is answered by the pace; keep enough requests in flight to reach it.
@@ -646,14 +829,16 @@ class Governor:
                 continue
             cost = self._learn_token_cost(ticket, limit, remaining, reset)
             if cost is not None:
-                self._mirror(family).read(limit / cost, remaining / cost, reset, ticket, now,
-                                          sent_since)
+                self._mirror(family).read(
+                    limit / cost, remaining / cost, reset, ticket, now, sent_since
+                )
 
     def _mirror(self, family: str) -> _Mirror:
         return self._mirrors.setdefault(family, _Mirror())
 
-    def _learn_token_cost(self, ticket: float, limit: int, remaining: int, reset: float
-                          ) -> float | None:
+    def _learn_token_cost(
+        self, ticket: float, limit: int, remaining: int, reset: float
+    ) -> float | None:
         """Tokens per request, from two readings in the order the requests were sent: what the
         first had left, plus the refill in between, less what the second has left, over the
         requests sent in between."""
@@ -668,8 +853,9 @@ class Governor:
             spent = min(float(limit), last[1] + refill * (ticket - last[0])) - remaining
             if spent > 0:
                 sample = spent / between
-                self._token_cost = (sample if self._token_cost is None
-                                    else 0.8 * self._token_cost + 0.2 * sample)
+                self._token_cost = (
+                    sample if self._token_cost is None else 0.8 * self._token_cost + 0.2 * sample
+                )
         return self._token_cost
 
     def _sent_since(self, ticket: float) -> int:
@@ -680,22 +866,36 @@ class Governor:
 
     def state(self) -> dict[str, Any]:
         pace = self.pace
-        return {"window": round(self.window, 2), "ceiling": self.ceiling,
-                "pace_per_second": round(pace, 2) if pace is not None else None,
-                "throttled_answers": self.throttles, "throttle_signals": self.signals,
-                "limit_429s": self.limits, "isolated_429s": self.isolated,
-                "limit_reasons": dict(sorted(self.limit_reasons.items())),
-                "pauses": self.pauses, "cuts": self.signals,
-                "background_429_share": round(self.background_share, 4),
-                "limit_found_per_second": (round(self._limit_rate, 2)
-                                           if self._limit_rate is not None else None),
-                "headers_seen": bool(self._families),
-                "header_families": sorted(self._families),
-                "token_cost_per_request": (round(self._token_cost, 1)
-                                           if self._token_cost is not None else None),
-                "decisions": list(self.decisions),
-                "latest_isolated": self._last_isolated}
+        return {
+            "window": round(self.window, 2),
+            "ceiling": self.ceiling,
+            "pace_per_second": round(pace, 2) if pace is not None else None,
+            "throttled_answers": self.throttles,
+            "throttle_signals": self.signals,
+            "limit_429s": self.limits,
+            "isolated_429s": self.isolated,
+            "limit_reasons": dict(sorted(self.limit_reasons.items())),
+            "pauses": self.pauses,
+            "cuts": self.signals,
+            "background_429_share": round(self.background_share, 4),
+            "limit_found_per_second": (
+                round(self._limit_rate, 2) if self._limit_rate is not None else None
+            ),
+            "headers_seen": bool(self._families),
+            "header_families": sorted(self._families),
+            "token_cost_per_request": (
+                round(self._token_cost, 1) if self._token_cost is not None else None
+            ),
+            "decisions": list(self.decisions),
+            "latest_isolated": self._last_isolated,
+        }
 
 
-__all__ = ["INITIAL_WINDOW", "Governor", "budgets", "header_families", "parse_duration",
-           "request_budget"]
+__all__ = [
+    "INITIAL_WINDOW",
+    "Governor",
+    "budgets",
+    "header_families",
+    "parse_duration",
+    "request_budget",
+]
