@@ -31,6 +31,7 @@ import json
 import os
 import re
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -726,6 +727,9 @@ class BuildContext:
         return buffer
 
 
+_WAKE_SECONDS = 0.5
+
+
 class _FrameReader:
     """Reads Docker's multiplexed attach stream: 8-byte headers, then stdout/stderr payloads."""
 
@@ -737,13 +741,24 @@ class _FrameReader:
     def _fill(self, n: int) -> bool:
         while len(self.buffer) < n:
             try:
+                # Woken twice a second: a Ctrl-C that the kernel hands to another thread of the
+                # process interrupts no system call of this one, and Python runs its handler
+                # only once this thread runs Python code again.
+                while not self._readable():
+                    pass
                 chunk = self.sock.recv(max(65536, n - len(self.buffer)))
-            except OSError:
+            except (OSError, ValueError):  # ValueError: a socket closed under the wait
                 return False
             if not chunk:
                 return False
             self.buffer += chunk
         return True
+
+    def _readable(self) -> bool:
+        pending = getattr(self.sock, "pending", None)  # a TLS socket's decrypted bytes
+        if pending is not None and pending():
+            return True
+        return bool(select.select([self.sock], [], [], _WAKE_SECONDS)[0])
 
     def stdout_chunks(self) -> Iterator[bytes]:
         while self._fill(8):

@@ -213,13 +213,18 @@ def test_leftovers_of_dead_replays_are_removed(
 
 SLEEPER = "import time\ntime.sleep(120)\n"
 
-# Starts the command line with SIGINT at the disposition a test asks for, as a terminal would
-# (SIG_DFL): a shell that runs the suite as a background job (`pytest &` in a script) hands its
-# children SIGINT ignored, and Python then leaves it ignored, so a Ctrl-C test would hang.
-_EXEC_PQID_TUI = (
-    "import os, signal, sys\n"
-    "signal.signal(signal.SIGINT, getattr(signal, sys.argv[1]))\n"
-    "os.execv(sys.executable, [sys.executable, '-m', 'pqid_tui', *sys.argv[2:]])\n"
+# Runs the command line with SIGINT as a terminal would start it (SIG_DFL, which Python makes
+# KeyboardInterrupt), or ignored as the test asks: a shell that runs the suite as a background
+# job (`pytest &` in a script) hands its children SIGINT ignored, and Python then leaves it
+# ignored, so a Ctrl-C test would hang. SIGUSR1 dumps every thread's stack to stderr: a replay
+# that hangs says where.
+_RUN_PQID_TUI = (
+    "import faulthandler, runpy, signal, sys\n"
+    "ignored = sys.argv[1] == 'SIG_IGN'\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.default_int_handler)\n"
+    "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+    "sys.argv = ['pqid-tui', *sys.argv[2:]]\n"
+    "runpy.run_module('pqid_tui', run_name='__main__', alter_sys=True)\n"
 )
 
 
@@ -269,7 +274,7 @@ class ReplayCli:
             decode=True, filters={"type": "container", "label": REPLAY_LABEL}
         )
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _EXEC_PQID_TUI, sigint, *args],
+            [sys.executable, "-c", _RUN_PQID_TUI, sigint, *args],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -322,7 +327,10 @@ class ReplayCli:
         try:
             return self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"the replay did not exit within 60 s of its signal: {self.stderr}")
+            self.proc.send_signal(signal.SIGUSR1)  # its threads' stacks, on stderr
+            time.sleep(2)
+            stacks = "\n".join(self.stderr)
+            pytest.fail(f"the replay did not exit within 60 s of its signal; stderr:\n{stacks}")
 
     def containers(self) -> list[dict[str, Any]]:
         return list(

@@ -6,8 +6,11 @@ evaluator. LocalEvaluatorRunner exists for these tests only; the product never r
 
 from __future__ import annotations
 
+import signal
+import socket
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,12 @@ from typing import Any
 import pytest
 
 from engine.errors import EvaluatorFailed
-from engine.replay.docker import EvaluationItem, EvaluatorConfig, LocalEvaluatorRunner
+from engine.replay.docker import (
+    EvaluationItem,
+    EvaluatorConfig,
+    LocalEvaluatorRunner,
+    _FrameReader,
+)
 from tests.helpers import prompt_line
 
 # A stand-in evaluator. Each item's generated_code is an instruction: "ok", "die" (SIGKILL
@@ -163,3 +171,36 @@ def test_the_real_evaluator_speaks_the_protocol_on_the_host() -> None:
     assert outcome.item_timing["right"]["grade_ms"] > 0
     assert outcome.item_timing["empty"]["child_ms"] is None
     assert "timing" not in right and "child_ms" not in right
+
+
+def test_a_ctrl_c_handed_to_another_thread_still_stops_the_container_read() -> None:
+    """The kernel may hand a process's SIGINT to any of its threads (the stdin feeder, the
+    wall-clock timer), which interrupts no system call of the main thread; the main thread's
+    read of a silent container still ends in KeyboardInterrupt, not at the container's next
+    output (here 30 s later; in a replay, the evaluator's wall-clock limit)."""
+    ours, theirs = socket.socketpair()
+    reader = _FrameReader(ours)
+
+    done = threading.Event()
+
+    def elsewhere() -> None:
+        time.sleep(0.3)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # to this thread only
+        if not done.wait(30):
+            theirs.sendall(bytes([1, 0, 0, 0, 0, 0, 0, 1]) + b"x")  # the old code's way out
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    helper = threading.Thread(target=elsewhere, daemon=True)
+    started = time.monotonic()
+    try:
+        helper.start()
+        with pytest.raises(KeyboardInterrupt):
+            next(reader.stdout_chunks())
+        waited = time.monotonic() - started
+    finally:
+        done.set()
+        helper.join()
+        signal.signal(signal.SIGINT, previous)
+        ours.close()
+        theirs.close()
+    assert waited < 10, f"the read ended {waited:.1f} s after the signal, with the next output"
