@@ -8,24 +8,20 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from engine.errors import InputError, ReleaseError
-from engine.release.model import FORMAT_PQID_BENCH_EVIDENCE, Release
+from engine.errors import InputError
+from engine.release.model import Release
 from engine.release.study import (
     STUDY_PROVIDER,
     ArchivedRow,
     StudyIdentity,
     identity,
-    is_pqid_bench,
     read_archived_rows,
     recorded_body,
     sent_body,
 )
 from engine.rundir.storage import canonical_json, read_json_file, read_jsonl_objects, sha256_hex
-
-if TYPE_CHECKING:
-    from engine.run.plan import Plan
 
 TRACE_FORMAT = "pqid-study-trace/1"
 TRACE_FORMATS = ("json", "text")
@@ -494,48 +490,3 @@ def trace_run(release: Release, run_dir: Path) -> Trace:
     """Trace a run directory against the frozen rows of an evidence release."""
     side, requests = run_requests(run_dir)
     return trace_requests(release, side, requests)
-
-
-def trace_plan(plan: Plan, release: Release | None = None) -> Trace:
-    """Trace a plan (a dry run) before anything is sent."""
-    side = TracedSide(
-        "dry-run plan",
-        plan.route.name,
-        plan.route.adapter,
-        plan.config.model,
-        plan.route.base_url,
-        plan.release.digest,
-    )
-    requests = [TracedRequest(r.prompt_id, r.body, r.sha256, r.study) for r in plan.requests]
-    return trace_requests(release or plan.release, side, requests)
-
-
-def study_plan_dict(plan: Plan) -> dict[str, Any]:
-    """The dry-run plan's study block (PQID-Bench releases only): each request's identities and,
-    on the evidence repository, the frozen row the requests replicate."""
-    if not is_pqid_bench(plan.release):
-        return {}
-    first = next((r.study for r in plan.requests if r.study), None)
-    block: dict[str, Any] = {
-        "provider": first["provider"] if first else None,
-        "api_model_id": first["api_model_id"] if first else None,
-        "request_family": first["request_family"] if first else None,
-        "requests": [
-            {
-                "prompt_id": r.prompt_id,
-                **{
-                    k: (r.study or {}).get(k)
-                    for k in ("model_input_sha256", "prompt_record_sha256", "request_sha256")
-                },
-            }
-            for r in plan.requests
-        ],
-    }
-    if plan.release.format == FORMAT_PQID_BENCH_EVIDENCE and first is not None:
-        try:
-            block["trace"] = trace_plan(plan).summary_dict()
-        except ReleaseError as exc:
-            block["trace"] = {"error": str(exc)}
-    else:
-        block["trace"] = None
-    return {"study": block}

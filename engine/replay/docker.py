@@ -781,36 +781,42 @@ def _raw_socket(sock: Any) -> socket.socket:
     return raw  # type: ignore[no-any-return]
 
 
+def hardened_host_config(api: Any, limits: ContainerLimits, cpus: float) -> Any:
+    """The host configuration of every container that runs generated code: no network, a
+    read-only root, a small /tmp, no capabilities, the limits, and no log on the host."""
+    from docker.types import LogConfig, Ulimit
+
+    return api.create_host_config(
+        network_mode="none",
+        read_only=True,
+        # exec stays allowed: the untrusted code is Python, which noexec would not stop,
+        # and native libraries may need to map temporary files executable.
+        tmpfs={
+            "/tmp": f"rw,exec,nosuid,nodev,size={limits.tmpfs_size},"
+            f"nr_inodes={limits.tmpfs_inodes},mode=1777"
+        },
+        mem_limit=limits.mem_limit,
+        memswap_limit=limits.mem_limit,
+        pids_limit=limits.pids_limit,
+        nano_cpus=int(cpus * 1e9),
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        ulimits=[
+            Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
+            Ulimit(name="core", soft=0, hard=0),
+        ],
+        # Nothing is logged on the host: a snippet's flood of output fills no host disk.
+        log_config=LogConfig(type=LogConfig.types.NONE),
+    )
+
+
 class _ContainerSession:
     def __init__(
         self, client: Any, image: str, run_id: str, limits: ContainerLimits, cpus: float
     ) -> None:
-        from docker.types import LogConfig, Ulimit
-
         self.client = client
         api = client.api
-        host_config = api.create_host_config(
-            network_mode="none",
-            read_only=True,
-            # exec stays allowed: the untrusted code is Python, which noexec would not stop,
-            # and native libraries may need to map temporary files executable.
-            tmpfs={
-                "/tmp": f"rw,exec,nosuid,nodev,size={limits.tmpfs_size},"
-                f"nr_inodes={limits.tmpfs_inodes},mode=1777"
-            },
-            mem_limit=limits.mem_limit,
-            memswap_limit=limits.mem_limit,
-            pids_limit=limits.pids_limit,
-            nano_cpus=int(cpus * 1e9),
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            ulimits=[
-                Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
-                Ulimit(name="core", soft=0, hard=0),
-            ],
-            # Nothing is logged on the host: a snippet's flood of output fills no host disk.
-            log_config=LogConfig(type=LogConfig.types.NONE),
-        )
+        host_config = hardened_host_config(api, limits, cpus)
         # No init process: the evaluator is the container's PID 1 (`serve --container`), which
         # a snippet running as the same uid cannot kill (the kernel drops signals to a
         # namespace's init that it has no handler for); it reaps and sweeps orphans itself.

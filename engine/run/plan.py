@@ -8,14 +8,15 @@ from typing import Any
 
 from engine import __version__
 from engine.config import LiveRunConfig
-from engine.errors import ConfigError, ResumeRefused
+from engine.errors import ConfigError, ReleaseError, ResumeRefused
 from engine.providers.adapters import adapter_for
 from engine.providers.routes import Route, resolve_route
 from engine.release import Prompt, Release, load_release
+from engine.release.model import FORMAT_PQID_BENCH_EVIDENCE
 from engine.release.prices import estimate_tokens, load_prices, plan_cost
 from engine.release.study import identity as study_identity
 from engine.release.study import is_pqid_bench
-from engine.release.trace import study_plan_dict
+from engine.release.trace import Trace, TracedRequest, TracedSide, trace_requests
 from engine.rundir.storage import canonical_json, sha256_hex
 from engine.states import PromptState
 
@@ -338,3 +339,48 @@ def environment_dict() -> dict[str, str]:
         "httpx": httpx.__version__,
         "platform": platform.platform(terse=True),
     }
+
+
+def trace_plan(plan: Plan, release: Release | None = None) -> Trace:
+    """Trace a plan (a dry run) before anything is sent."""
+    side = TracedSide(
+        "dry-run plan",
+        plan.route.name,
+        plan.route.adapter,
+        plan.config.model,
+        plan.route.base_url,
+        plan.release.digest,
+    )
+    requests = [TracedRequest(r.prompt_id, r.body, r.sha256, r.study) for r in plan.requests]
+    return trace_requests(release or plan.release, side, requests)
+
+
+def study_plan_dict(plan: Plan) -> dict[str, Any]:
+    """The dry-run plan's study block (PQID-Bench releases only): each request's identities and,
+    on the evidence repository, the frozen row the requests replicate."""
+    if not is_pqid_bench(plan.release):
+        return {}
+    first = next((r.study for r in plan.requests if r.study), None)
+    block: dict[str, Any] = {
+        "provider": first["provider"] if first else None,
+        "api_model_id": first["api_model_id"] if first else None,
+        "request_family": first["request_family"] if first else None,
+        "requests": [
+            {
+                "prompt_id": r.prompt_id,
+                **{
+                    k: (r.study or {}).get(k)
+                    for k in ("model_input_sha256", "prompt_record_sha256", "request_sha256")
+                },
+            }
+            for r in plan.requests
+        ],
+    }
+    if plan.release.format == FORMAT_PQID_BENCH_EVIDENCE and first is not None:
+        try:
+            block["trace"] = trace_plan(plan).summary_dict()
+        except ReleaseError as exc:
+            block["trace"] = {"error": str(exc)}
+    else:
+        block["trace"] = None
+    return {"study": block}

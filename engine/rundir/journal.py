@@ -43,7 +43,6 @@ import collections
 import contextlib
 import ctypes
 import errno
-import itertools
 import os
 import sys
 import threading
@@ -52,7 +51,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-_COUNTER = itertools.count()
+from engine.rundir.storage import temporary_path
+
 Span = tuple[float, float]  # when one flush began and ended, time.perf_counter()
 # How long the writes that follow an answer may wait for a flush some in_flight record needs
 # anyway (they are not on anyone's critical path); every flush then serves both.
@@ -224,7 +224,7 @@ def _open_new(path: Path | str, data: bytes) -> int:
 
 
 def _temporary(path: Path) -> str:
-    return str(path.with_name(f".{path.name}.{os.getpid()}.{next(_COUNTER)}.tmp"))
+    return str(temporary_path(path))
 
 
 def _fill(fd: int, data: bytes, used: bool) -> None:
@@ -296,7 +296,7 @@ class Temporaries:
                         os.unlink(name)
             for directory, ready in list(self._ready.items()):
                 while len(ready) < self._keep and not (self._closing or self._winding_down):
-                    name = str(directory / f".spare.{os.getpid()}.{next(_COUNTER)}.tmp")
+                    name = str(temporary_path(directory / "spare"))
                     try:
                         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                     except OSError:

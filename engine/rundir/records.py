@@ -12,6 +12,7 @@ from typing import Any
 from engine.errors import InputError, ResumeRefused
 from engine.rundir.layout import ATTEMPTS, MANIFEST, RAW, RECORDS, REQUESTS, RESPONSES, SUMMARY
 from engine.rundir.storage import (
+    TEMPORARY_GLOB,
     append_jsonl,
     atomic_write_bytes,
     atomic_write_json,
@@ -205,7 +206,7 @@ class RunDir:
             # A kill between writing a temporary file and renaming it leaves the temporary
             # file behind; the real file still holds the previous complete version.
             for folder in (self.path, self.records_dir, self.raw_dir):
-                for tmp in folder.glob(".*.tmp") if folder.is_dir() else ():
+                for tmp in folder.glob(TEMPORARY_GLOB) if folder.is_dir() else ():
                     tmp.unlink(missing_ok=True)
                     out.repaired.append(f"removed {tmp.name}")
             for path in (self.attempts_path, self.responses_path):

@@ -87,6 +87,7 @@ from engine.replay.docker import (
     _raw_socket,
     _split_lines,
     container_user,
+    hardened_host_config,
 )
 
 __all__ = ["main"]
@@ -276,24 +277,8 @@ def bench_fresh(
     jobs: int,
 ) -> dict[str, Any]:
     """The baseline: a fresh interpreter per response, in a container of the same image."""
-    from docker.types import Ulimit
-
     python = client.images.get(image).attrs["Config"]["Entrypoint"][0]
-    host_config = client.api.create_host_config(
-        network_mode="none",
-        read_only=True,
-        tmpfs={
-            "/tmp": f"rw,exec,nosuid,nodev,size={limits.tmpfs_size},"
-            f"nr_inodes={limits.tmpfs_inodes},mode=1777"
-        },
-        mem_limit=limits.mem_limit,
-        memswap_limit=limits.mem_limit,
-        pids_limit=limits.pids_limit,
-        nano_cpus=int(ncores * 1e9),
-        cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
-        ulimits=[Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile)],
-    )
+    host_config = hardened_host_config(client.api, limits, ncores)
     created = client.api.create_container(
         image,
         entrypoint=[python, "-c", _LOOP],

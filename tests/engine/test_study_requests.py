@@ -28,8 +28,8 @@ from engine.release.study import (
     sent_body,
     stable_json,
 )
-from engine.release.trace import TRACE_FORMATS, trace_plan, trace_run
-from engine.run.plan import build_plan
+from engine.release.trace import TRACE_FORMATS, trace_run
+from engine.run.plan import build_plan, trace_plan
 from engine.rundir.storage import canonical_json
 from tests.conftest import PqidBenchCopies, cli
 from tests.fakes.faults import FaultScript, FaultServer, messages_key
