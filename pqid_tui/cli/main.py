@@ -9,15 +9,18 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from engine.errors import UsageError
-from engine.providers.routes import SECRET_VALUE_RE
 from pqid_tui import __version__
+
+# Nothing of the engine is imported before `main` can catch a Ctrl-C: a user who presses it
+# while the command starts gets one line, not a traceback of an import.
 
 
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose mistakes are one line on stderr and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        from engine.providers.routes import SECRET_VALUE_RE
+
         # argparse echoes unexpected arguments; one of them may be a key pasted by mistake.
         message = SECRET_VALUE_RE.sub(
             "[REDACTED: keys are never read from the command line]", message
@@ -92,6 +95,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     try:
+        return _main(args)
+    except KeyboardInterrupt:
+        print("pqid-tui: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of stdout left (`| head -1`): nothing more to say, and nowhere to say it.
+        # Point stdout at /dev/null so the interpreter's last flush cannot fail again.
+        _quiet_stdout()
+        return 141  # what a shell reports for a process ended by SIGPIPE
+
+
+def _main(args: list[str]) -> int:
+    from engine.errors import UsageError
+
+    try:
         if args and args[0] == "--batch":
             parser = batch_parser()
             ns = parser.parse_args(args[1:])
@@ -110,14 +128,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"pqid-tui: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("pqid-tui: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # The reader of stdout left (`| head -1`): nothing more to say, and nowhere to say it.
-        # Point stdout at /dev/null so the interpreter's last flush cannot fail again.
-        _quiet_stdout()
-        return 141  # what a shell reports for a process ended by SIGPIPE
 
 
 def _quiet_stdout() -> None:

@@ -81,3 +81,24 @@ def test_engine_package_still_exports_its_names_lazily() -> None:
         assert getattr(engine, name) is not None
     with pytest.raises(AttributeError):
         _ = engine.no_such_name  # type: ignore[attr-defined]
+
+
+def test_the_command_line_module_loads_nothing_of_the_engine_before_main_runs() -> None:
+    """A Ctrl-C while the command starts is caught by `main` (one line, exit 130); what loads
+    before `main` runs (the console script's import) is outside its reach, so it is kept to
+    the standard library: none of the engine, whose imports take most of the start-up."""
+    import subprocess
+    import sys
+
+    listing = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, pqid_tui.cli.main\n"
+            "print(' '.join(m for m in sys.modules if m.split('.')[0] in ('engine', 'httpx')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert listing.stdout.split() == []
