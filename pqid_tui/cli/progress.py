@@ -3,7 +3,7 @@
 Logs and pipes keep one line per event (a request's start and end, a prompt replayed, every
 50th cell rescored); a person at a terminal gets one line that is redrawn in place: a bar,
 the counts, the rate and the time left at that rate. `run-model` uses LiveProgress;
-`replay-docker`, `demo` and `rescore` use a CountLine.
+`replay`, `demo` and `rescore` use a CountLine.
 """
 
 from __future__ import annotations
@@ -288,7 +288,7 @@ class CountLine(RedrawnLine):
 
 
 class LiveReplayProgress(CountLine):
-    """`replay-docker` and `demo` on a terminal: image lines, then one line of counts."""
+    """`replay` and `demo` on a terminal: image lines, then one line of counts."""
 
     def __init__(self, stream: Any = None, clock: Any = time.monotonic) -> None:
         super().__init__(stream, clock, unit="prompts")
