@@ -1247,8 +1247,12 @@ class DockerEvaluatorRunner:
             if labels.get(RUN_LABEL) == self.run_id:
                 continue
             running = container.get("State") in ("running", "restarting", "paused")
-            if running and _owner_alive(labels.get(OWNER_LABEL, "")):
-                continue  # another replay, still alive, owns it
+            owner = labels.get(OWNER_LABEL, "")
+            # Another live process's container is its own to remove, even stopped (a probe
+            # whose output it is about to read); a stopped one of an earlier runner of this
+            # process is a leftover.
+            if _owner_alive(owner) and (running or owner != _owner()):
+                continue
             with contextlib.suppress(Exception):
                 self.client.api.remove_container(container["Id"], force=True)
                 removed += 1

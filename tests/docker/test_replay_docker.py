@@ -192,17 +192,22 @@ def test_leftovers_of_dead_replays_are_removed(
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     host = socket.gethostname()
     stopped = make(f"{host}:{dead.pid}", start=False)
     orphan = make(f"{host}:{dead.pid}", start=True)
     alive = make(f"{host}:{os.getpid()}", start=True)
+    # Another live replay's probe, exited, its output not read yet: not a leftover.
+    others = make(f"{host}:{other.pid}", start=False)
     try:
         assert runner.remove_leftovers() == 2
         remaining = {c.id for c in replay_containers(docker_client)}
-        assert remaining == {alive.id}
+        assert remaining == {alive.id, others.id}
         assert stopped.id not in remaining and orphan.id not in remaining
     finally:
-        for c in (stopped, orphan, alive):
+        other.kill()
+        other.wait()
+        for c in (stopped, orphan, alive, others):
             try:
                 c.remove(force=True)
             except Exception:
