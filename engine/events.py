@@ -46,7 +46,7 @@ class AttemptFinished:
     prompt_id: str
     attempt: int
     status: int | None
-    latency_ms: int
+    latency_ms: int | None  # None on the Batch API path
     error_class: str | None
     decision: Literal["success", "retry", "terminal"]
     usage: dict[str, Any] | None = None

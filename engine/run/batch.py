@@ -45,7 +45,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal, Unpack, cast
 
 import httpx
 
@@ -76,6 +76,7 @@ from engine.run.session import Session
 from engine.run.summary import Tally, invocation_summary, write_summary
 from engine.rundir.layout import BATCH_STATE
 from engine.rundir.records import ERROR, IN_FLIGHT, Reconciled, RunDir, utc_now
+from engine.rundir.shapes import BatchState
 from engine.rundir.storage import atomic_write_bytes, atomic_write_json, canonical_json, sha256_hex
 from engine.states import PromptState
 
@@ -94,6 +95,20 @@ _LIST_PAGE = 100
 _LIST_MAX_PAGES = 20
 # Listed batches are newest first; stop paging once they are this much older than our create.
 _LIST_SLACK_SECONDS = 3600
+# The batch's two result files: the state's keys of the file ID, the saved file's name and
+# its SHA-256, and the name the saved file is given.
+_RESULT_FILES: tuple[
+    tuple[
+        Literal["output_file_id", "error_file_id"],
+        Literal["output_file", "error_file"],
+        Literal["output_sha256", "error_sha256"],
+        str,
+    ],
+    ...,
+] = (
+    ("output_file_id", "output_file", "output_sha256", "output"),
+    ("error_file_id", "error_file", "error_sha256", "errors"),
+)
 
 
 def _utc(ts: Any) -> str | None:
@@ -224,8 +239,9 @@ class BatchApi:
         )
         return self._json(response, "POST /files")
 
-    async def create(self, input_file_id: str, token: str) -> dict[str, Any]:
+    async def create(self, input_file_id: str | None, token: str) -> dict[str, Any]:
         # Never retried here: a lost answer is settled by listing batches for the token.
+        # (`input_file_id` as the state holds it: None only in a state file changed by hand.)
         response = await self._call(
             "POST",
             "/batches",
@@ -309,14 +325,14 @@ class BatchRun:
         self.recorder = Recorder(self.session, self.adapter, self._emit)
         self.tally = Tally()
         self.state_path = self.run_dir.path / STATE_FILE
-        self.state: dict[str, Any] | None = None
+        self.state: BatchState | None = None
 
     def _emit(self, event: Event) -> None:
         if self.progress is not None:
             self.progress(event)
 
     # -- the state file --------------------------------------------------------------------------
-    def _load_state(self) -> dict[str, Any] | None:
+    def _load_state(self) -> BatchState | None:
         try:
             data = json.loads(self.state_path.read_bytes())
         except FileNotFoundError:
@@ -333,24 +349,26 @@ class BatchRun:
             or not isinstance(data.get("prompt_ids"), list)
         ):
             raise InputError(f"{self.state_path}: not a {STATE_FORMAT} batch state")
-        return data
+        return cast(BatchState, data)
 
-    def _save(self, **changes: Any) -> None:
+    def _save(self, **changes: Unpack[BatchState]) -> None:
         assert self.state is not None
-        self.state.update(changes, updated_at_utc=utc_now())
+        self.state.update(changes)
+        self.state["updated_at_utc"] = utc_now()
         atomic_write_json(self.state_path, self.state)
 
-    def _active(self) -> dict[str, Any] | None:
+    def _active(self) -> BatchState | None:
         if self.state is not None and self.state["phase"] != MATERIALISED:
             return self.state
         return None
 
     @staticmethod
-    def _belongs(rec: Reconciled, pid: str, state: dict[str, Any]) -> bool:
-        record = rec.statuses[pid].record or {}
+    def _belongs(rec: Reconciled, pid: str, state: BatchState) -> bool:
+        record = rec.statuses[pid].record
         return (
             pid in state["prompt_ids"]
             and state.get("batch_id") is not None
+            and record is not None
             and record.get("batch_id") == state["batch_id"]
         )
 
@@ -475,10 +493,11 @@ class BatchRun:
             if status.state == PromptState.UNCERTAIN:
                 self.recorder.keep_uncertain(req, status.attempts)
             attempts[req.prompt_id] = status.attempts + 1
-        previous: list[dict[str, Any]] = []
+        previous: list[BatchState] = []
         seq = 1
         if self.state is not None:
-            old = {k: v for k, v in self.state.items() if k != "previous_batches"}
+            old = self.state.copy()
+            old.pop("previous_batches", None)
             previous = [*self.state.get("previous_batches", []), old]
             seq = int(self.state.get("seq", 1)) + 1
         data = input_bytes(to_send)
@@ -566,8 +585,12 @@ class BatchRun:
         batch_id = self.state["batch_id"]
         for req in self._batch_requests():
             attempt = int(self.state["attempts"][req.prompt_id])
-            record = self.run_dir.read_record(req.prompt_id) or {}
-            if record.get("state") == IN_FLIGHT and record.get("batch_id") == batch_id:
+            record = self.run_dir.read_record(req.prompt_id)
+            if (
+                record is not None
+                and record.get("state") == IN_FLIGHT
+                and record.get("batch_id") == batch_id
+            ):
                 continue
             self.run_dir.write_record(
                 {
@@ -576,7 +599,7 @@ class BatchRun:
                     "attempt": attempt,
                     "attempts": attempt,
                     "request_sha256": req.sha256,
-                    "last_error": record.get("last_error"),
+                    "last_error": record.get("last_error") if record is not None else None,
                     "batch_id": batch_id,
                 }
             )
@@ -588,7 +611,7 @@ class BatchRun:
         assert self.state is not None
         status = str(batch.get("status"))
         counts = _counts(batch)
-        changes: dict[str, Any] = {}
+        changes: BatchState = {}
         if status != self.state.get("status"):
             changes["status"] = status
             changes["status_history"] = [
@@ -621,7 +644,7 @@ class BatchRun:
         assert self.state is not None
         batch_id = self.state["batch_id"]
         while True:
-            batch = await api.get(batch_id)
+            batch = await api.get(str(batch_id))
             self._note(batch)
             status = str(batch.get("status"))
             if status in TERMINAL:
@@ -649,26 +672,31 @@ class BatchRun:
         assert self.state is not None
         secret = self.session.secret
         seq = int(self.state["seq"])
-        changes: dict[str, Any] = {"phase": DOWNLOADED}
-        for kind, label in (("output", "output"), ("error", "errors")):
-            file_id = self.state.get(f"{kind}_file_id")
+        changes: BatchState = {"phase": DOWNLOADED}
+        for id_key, file_key, sha_key, label in _RESULT_FILES:
+            file_id = self.state.get(id_key)
             if not file_id:
                 continue
             data = redact(await api.content(str(file_id)), secret)
             name = f"batch-{label}.jsonl" if seq == 1 else f"batch-{label}.{seq}.jsonl"
             atomic_write_bytes(self.run_dir.path / name, data)
-            changes.update({f"{kind}_file": name, f"{kind}_sha256": sha256_hex(data)})
+            changes[file_key] = name
+            changes[sha_key] = sha256_hex(data)
         self._save(**changes)
 
     # -- step 6: materialise -------------------------------------------------------------------
-    def _read_saved(self, kind: str) -> bytes:
+    def _read_saved(
+        self,
+        file_key: Literal["output_file", "error_file"],
+        sha_key: Literal["output_sha256", "error_sha256"],
+    ) -> bytes:
         assert self.state is not None
-        name = self.state.get(f"{kind}_file")
+        name = self.state.get(file_key)
         if not name:
             return b""
         path = self.run_dir.path / str(name)
         data = path.read_bytes()
-        if sha256_hex(data) != self.state.get(f"{kind}_sha256"):
+        if sha256_hex(data) != self.state.get(sha_key):
             raise InputError(f"{path}: does not match its SHA-256 in {STATE_FILE}")
         return data
 
@@ -677,8 +705,8 @@ class BatchRun:
         assert self.state is not None
         state = self.state
         lines: dict[str, dict[str, Any]] = {}
-        for kind in ("output", "error"):  # an output line wins over an error line
-            for obj in _lines(self._read_saved(kind)):
+        for _, file_key, sha_key, _ in _RESULT_FILES:  # an output line wins over an error line
+            for obj in _lines(self._read_saved(file_key, sha_key)):
                 lines.setdefault(obj["custom_id"], obj)
         settled = {(a["prompt_id"], a.get("attempt")) for a in self.run_dir.read_attempts()}
         settled |= {(r["prompt_id"], r.get("attempt")) for r in self.run_dir.read_responses()}
@@ -750,7 +778,7 @@ class BatchRun:
 
     def _raw(self, outcome: AttemptOutcome, prompt_id: str, attempt: int, body: bytes) -> None:
         self.recorder.raw_body(outcome, prompt_id, attempt, body)
-        outcome.info.update(content_type="application/json", bytes=len(body))
+        outcome.info.update({"content_type": "application/json", "bytes": len(body)})
 
     def _fail(self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome) -> None:
         assert self.state is not None and outcome.error is not None
@@ -786,7 +814,7 @@ class BatchRun:
         write_summary(self.run_dir, summary)
         return summary
 
-    def _batch_summary(self, summary: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    def _batch_summary(self, summary: dict[str, Any], state: BatchState) -> dict[str, Any]:
         info: dict[str, Any] = {
             "batch_id": state.get("batch_id"),
             "status": state.get("status"),

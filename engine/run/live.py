@@ -46,6 +46,7 @@ from engine.run.summary import (
 )
 from engine.rundir.journal import Journal
 from engine.rundir.records import ERROR, IN_FLIGHT, RETRY_WAIT, RunDir, utc_now
+from engine.rundir.shapes import PromptRecord
 from engine.states import PromptState
 from engine.transport.governor import Governor
 from engine.transport.http import NetworkSender, Sender, SendFailed, SendTimeout, TransportSender
@@ -237,7 +238,7 @@ class LiveRun:
         finally:
             self._clock.workers += time.perf_counter() - born
 
-    def _in_flight_record(self, req: PlannedRequest, attempt: int) -> dict[str, Any]:
+    def _in_flight_record(self, req: PlannedRequest, attempt: int) -> PromptRecord:
         return {
             "prompt_id": req.prompt_id,
             "state": IN_FLIGHT,
@@ -357,7 +358,7 @@ class LiveRun:
                     outcome,
                     decision,
                     delay,
-                    dict(record, state=ERROR, last_error=status.last_error),
+                    {**record, "state": ERROR, "last_error": status.last_error},
                 )
                 self.recorder.attempt_failed(req, attempt, outcome, decision)
                 # Answered (its slot is free), the error not yet durable: "saving", not in flight.
@@ -382,7 +383,7 @@ class LiveRun:
                 outcome,
                 decision,
                 delay,
-                dict(record, state=RETRY_WAIT, last_error=status.last_error),
+                {**record, "state": RETRY_WAIT, "last_error": status.last_error},
             )
             # The answer is in and the slot is free: the prompt is no longer in flight.
             self.recorder.attempt_failed(req, attempt, outcome, decision)
@@ -442,15 +443,19 @@ class LiveRun:
                     retryable=True,
                 )
             info.update(
-                latency_ms=int((time.monotonic() - t0) * 1000), finished_at_utc=utc_now(), raw=None
+                {
+                    "latency_ms": int((time.monotonic() - t0) * 1000),
+                    "finished_at_utc": utc_now(),
+                    "raw": None,
+                }
             )
             return outcome
         latency_ms = int((time.monotonic() - t0) * 1000)
         body = redact(response.body, secret)
         resp_headers = response.headers
-        info.update(latency_ms=latency_ms, finished_at_utc=utc_now())
+        info.update({"latency_ms": latency_ms, "finished_at_utc": utc_now()})
         self.recorder.raw_body(outcome, req.prompt_id, attempt, body)
-        info.update(content_type=resp_headers.get("content-type"), bytes=len(body))
+        info.update({"content_type": resp_headers.get("content-type"), "bytes": len(body)})
         self.recorder.read_reply(outcome, response.status, resp_headers, body)
         err = outcome.error
         if err is not None and err.status == 429 and err.retryable:

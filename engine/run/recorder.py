@@ -16,7 +16,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from engine.errors import ProviderError
 from engine.events import AttemptFinished, Event, PromptStateChanged
@@ -27,6 +26,7 @@ from engine.run.session import Session
 from engine.run.summary import response_note
 from engine.rundir.journal import Group, Journal
 from engine.rundir.records import ERROR, SUCCESS, PromptStatus, RunDir, utc_now
+from engine.rundir.shapes import AttemptInfo, AttemptLine, PromptRecord, ResponseLine
 from engine.states import PromptState
 from evaluator.extract import extract_code
 
@@ -49,7 +49,7 @@ class AttemptOutcome:
     """What one attempt came to: its history fields (`info`: times, latency, raw body's name,
     ...), the raw body to keep, and either the parsed reply or the error."""
 
-    info: dict[str, Any] = field(default_factory=dict)
+    info: AttemptInfo = field(default_factory=AttemptInfo)
     raw: tuple[Path, bytes] | None = None  # where the raw body goes and its (redacted) bytes
     status: int | None = None  # the HTTP status of the answer, when there was one
     reply: Reply | None = None
@@ -135,22 +135,22 @@ class Recorder:
         outcome: AttemptOutcome,
         decision: str,
         delay: float,
-    ) -> dict[str, Any]:
+    ) -> AttemptLine:
         """A failed attempt's line of provider-attempts.jsonl."""
         error = outcome.error
         assert error is not None
-        return dict(
-            outcome.info,
-            prompt_id=req.prompt_id,
-            attempt=attempt,
-            status=error.status,
-            error_class=error.error_class,
-            error=redact_text(error.message, self.session.secret),
-            decision=decision,
-            retry_after_s=error.retry_after,
-            backoff_s=round(delay, 3) if decision == "retry" else None,
-            request_sha256=req.sha256,
-        )
+        return {
+            **outcome.info,
+            "prompt_id": req.prompt_id,
+            "attempt": attempt,
+            "status": error.status,
+            "error_class": error.error_class,
+            "error": redact_text(error.message, self.session.secret),
+            "decision": decision,
+            "retry_after_s": error.retry_after,
+            "backoff_s": round(delay, 3) if decision == "retry" else None,
+            "request_sha256": req.sha256,
+        }
 
     def attempt_failed(
         self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome, decision: str
@@ -176,7 +176,7 @@ class Recorder:
         outcome: AttemptOutcome,
         decision: str,
         delay: float,
-        record: dict[str, Any],
+        record: PromptRecord,
     ) -> Group:
         """The writes of a failed attempt, for the journal: its line, the raw body of a
         completed reply (kept as evidence) and the record (`error` or `retry_wait`)."""
@@ -190,12 +190,14 @@ class Recorder:
         return group
 
     def failed_now(
-        self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome, record: dict[str, Any]
+        self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome, record: PromptRecord
     ) -> None:
         """Record a terminal failure at once, without the journal (the Batch API path)."""
         assert record["state"] == ERROR
         if outcome.raw is not None:
-            self.run_dir.write_raw(outcome.info["raw"], outcome.raw[1])
+            name = outcome.info["raw"]
+            assert name is not None  # raw_body names the body whenever it keeps one
+            self.run_dir.write_raw(name, outcome.raw[1])
         self.run_dir.append_attempt(self.attempt_line(req, attempt, outcome, "terminal", 0.0))
         self.attempt_failed(req, attempt, outcome, "terminal")
         self.run_dir.write_record(record)
@@ -244,7 +246,7 @@ class Recorder:
         assert reply is not None
         model_check = outcome.model_check
         extraction = extract_code(reply.content)
-        response = {
+        response: ResponseLine = {
             "prompt_id": req.prompt_id,
             "provider": self.plan.route.name,
             "adapter": self.plan.route.adapter,
@@ -266,17 +268,17 @@ class Recorder:
             "http_status": status,
             "raw": info["raw"],
         }
-        attempt_line = dict(
-            info,
-            prompt_id=req.prompt_id,
-            attempt=attempt,
-            status=status,
-            error_class=None,
-            error=None,
-            decision="success",
-            request_sha256=req.sha256,
-        )
-        record = {
+        attempt_line: AttemptLine = {
+            **info,
+            "prompt_id": req.prompt_id,
+            "attempt": attempt,
+            "status": status,
+            "error_class": None,
+            "error": None,
+            "decision": "success",
+            "request_sha256": req.sha256,
+        }
+        record: PromptRecord = {
             "prompt_id": req.prompt_id,
             "state": SUCCESS,
             "attempt": attempt,
@@ -294,7 +296,9 @@ class Recorder:
 
         if self.journal is None:
             if outcome.raw is not None:
-                self.run_dir.write_raw(info["raw"], outcome.raw[1])
+                name = info["raw"]
+                assert name is not None  # raw_body names the body whenever it keeps one
+                self.run_dir.write_raw(name, outcome.raw[1])
             self.run_dir.append_response(response)
             self.run_dir.append_attempt(attempt_line)
             self.run_dir.write_record(record)

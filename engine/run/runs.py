@@ -33,6 +33,7 @@ from engine.run.live import LiveRun, RunControl, RunResult, response_note
 from engine.rundir import layout
 from engine.rundir.layout import EVALUATION_DIR, MANIFEST
 from engine.rundir.records import RunDir
+from engine.rundir.shapes import AttemptLine, ResponseLine
 from engine.rundir.storage import canonical_json, sha256_hex
 from engine.states import PromptState
 
@@ -178,9 +179,9 @@ class PromptDetail:
     request_body: dict[str, Any] | None
     request_sha256: str | None
     request_sha256_ok: bool | None  # the stored hash recomputed from the stored body
-    attempts: tuple[dict[str, Any], ...]
+    attempts: tuple[AttemptLine, ...]
     raw_bodies: tuple[RawBody, ...]
-    response: dict[str, Any] | None
+    response: ResponseLine | None
 
     @property
     def request_text(self) -> str:

@@ -19,6 +19,7 @@ from engine.providers.credentials import Credential, resolve_credential
 from engine.run.plan import Plan, PlannedRequest, check_resumable, environment_dict, release_dict
 from engine.rundir.layout import BATCH_STATE
 from engine.rundir.records import RUN_FORMAT, PromptStatus, Reconciled, RunDir, utc_now
+from engine.rundir.shapes import RequestLine
 from engine.states import PromptState
 
 
@@ -46,10 +47,10 @@ def build_manifest(plan: Plan, credential_source: str) -> dict[str, Any]:
     }
 
 
-def request_record(req: PlannedRequest) -> dict[str, Any]:
+def request_record(req: PlannedRequest) -> RequestLine:
     """One line of requests.jsonl: the exact body, the project's hash of its bytes and, on a
     PQID-Bench release, the frozen study's identities of the same request (`study`)."""
-    record: dict[str, Any] = {
+    record: RequestLine = {
         "prompt_id": req.prompt_id,
         "request_sha256": req.sha256,
         "body": req.body,

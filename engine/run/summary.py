@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ class Tally:
     started: float = field(default_factory=time.time)
 
 
-def response_note(response: dict[str, Any]) -> str | None:
+def response_note(response: Mapping[str, Any]) -> str | None:
     """What a success should not hide: truncation, emptiness, another model answering."""
     notes = []
     if response.get("finish_reason") == "length":

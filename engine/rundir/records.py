@@ -7,10 +7,11 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from engine.errors import InputError, ResumeRefused
 from engine.rundir.layout import ATTEMPTS, MANIFEST, RAW, RECORDS, REQUESTS, RESPONSES, SUMMARY
+from engine.rundir.shapes import AttemptLine, PromptRecord, RequestLine, ResponseLine
 from engine.rundir.storage import (
     TEMPORARY_GLOB,
     append_jsonl,
@@ -47,7 +48,7 @@ class PromptStatus:
     state: PromptState  # pending, success, error or uncertain
     attempts: int = 0
     last_error: str | None = None
-    record: dict[str, Any] | None = None
+    record: PromptRecord | None = None
 
 
 @dataclass(slots=True)
@@ -79,14 +80,14 @@ class RunDir:
     def is_nonempty(self) -> bool:
         return self.path.is_dir() and any(self.path.iterdir())
 
-    def create(self, manifest: dict[str, Any], requests: list[dict[str, Any]]) -> None:
+    def create(self, manifest: dict[str, Any], requests: list[RequestLine]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         self.records_dir.mkdir(exist_ok=True)
         self.raw_dir.mkdir(exist_ok=True)
         atomic_write_json(self.manifest_path, manifest)
         self.write_requests(requests)
 
-    def write_requests(self, requests: list[dict[str, Any]]) -> None:
+    def write_requests(self, requests: list[RequestLine]) -> None:
         atomic_write_bytes(
             self.requests_path, b"".join(canonical_json(r) + b"\n" for r in requests)
         )
@@ -113,17 +114,17 @@ class RunDir:
     def record_path(self, prompt_id: str) -> Path:
         return self.records_dir / f"{_file_stem(prompt_id)}.json"
 
-    def write_record(self, record: dict[str, Any]) -> None:
+    def write_record(self, record: PromptRecord) -> None:
         atomic_write_bytes(*self.record_bytes(record))
 
-    def record_bytes(self, record: dict[str, Any]) -> tuple[Path, bytes]:
+    def record_bytes(self, record: PromptRecord) -> tuple[Path, bytes]:
         """Where a record goes and its bytes, stamped with the time of writing."""
-        record = dict(record, updated_at_utc=utc_now())
+        record = {**record, "updated_at_utc": utc_now()}
         # Compact, not indented: written twice per request, and the compact form is encoded in
         # C (an indented dump is pure Python, 0.2 ms a record).
         return self.record_path(record["prompt_id"]), canonical_json(record) + b"\n"
 
-    def read_record(self, prompt_id: str) -> dict[str, Any] | None:
+    def read_record(self, prompt_id: str) -> PromptRecord | None:
         path = self.record_path(prompt_id)
         try:
             data = json.loads(path.read_bytes())
@@ -145,17 +146,17 @@ class RunDir:
                 f"{path}: not a record pqid-tui wrote (unknown state or attempt "
                 "count); move it aside and resume with --retry-uncertain"
             )
-        return data
+        return cast(PromptRecord, data)
 
     # -- append-only logs ----------------------------------------------------------------------
-    def append_attempt(self, attempt: dict[str, Any]) -> None:
+    def append_attempt(self, attempt: AttemptLine) -> None:
         append_jsonl(self.attempts_path, attempt)
 
-    def append_response(self, response: dict[str, Any]) -> None:
+    def append_response(self, response: ResponseLine) -> None:
         append_jsonl(self.responses_path, response)
 
     @staticmethod
-    def line_bytes(obj: dict[str, Any]) -> bytes:
+    def line_bytes(obj: ResponseLine | AttemptLine) -> bytes:
         """One line of responses.jsonl or provider-attempts.jsonl."""
         return canonical_json(obj) + b"\n"
 
@@ -165,15 +166,17 @@ class RunDir:
     def write_raw(self, name: str, body: bytes) -> None:
         atomic_write_bytes(self.path / name, body)
 
-    def read_attempts(self) -> list[dict[str, Any]]:
+    def read_attempts(self) -> list[AttemptLine]:
         rows = self._read_log(self.attempts_path)
         for number, obj in rows:
             if not isinstance(obj.get("attempt"), int) or isinstance(obj.get("attempt"), bool):
                 raise InputError(f"{self.attempts_path}:{number}: attempt is not a number")
-        return [obj for _, obj in rows]
+        # Checked: each line is an object with a prompt_id and a numeric attempt.
+        return [cast(AttemptLine, obj) for _, obj in rows]
 
-    def read_responses(self) -> list[dict[str, Any]]:
-        return [obj for _, obj in self._read_log(self.responses_path)]
+    def read_responses(self) -> list[ResponseLine]:
+        # Checked (_read_log): each line is an object with a prompt_id.
+        return [cast(ResponseLine, obj) for _, obj in self._read_log(self.responses_path)]
 
     def _read_log(self, path: Path) -> list[tuple[int, dict[str, Any]]]:
         try:
@@ -212,7 +215,7 @@ class RunDir:
             for path in (self.attempts_path, self.responses_path):
                 if repair_torn_tail(path):
                     out.repaired.append(path.name)
-        responses: dict[str, dict[str, Any]] = {}
+        responses: dict[str, ResponseLine] = {}
         for obj in self.read_responses():
             responses.setdefault(obj["prompt_id"], obj)
         out.response_ids = set(responses)
@@ -222,7 +225,7 @@ class RunDir:
             # The response is appended before its attempt line: a crash between the two
             # leaves a success whose attempt is missing from the history. Put it back.
             if (pid, resp.get("attempt")) not in logged_keys and repair:
-                recovered = {
+                recovered: AttemptLine = {
                     "prompt_id": pid,
                     "attempt": resp.get("attempt"),
                     "started_at_utc": None,
@@ -239,13 +242,13 @@ class RunDir:
                 self.append_attempt(recovered)
                 attempts.append(recovered)
                 out.repaired.append(f"attempt {resp.get('attempt')} of {pid}")
-        last_attempt: dict[str, dict[str, Any]] = {}
-        for obj in attempts:
-            pid = obj["prompt_id"]
-            if pid not in last_attempt or obj.get("attempt", 0) >= last_attempt[pid].get(
+        last_attempt: dict[str, AttemptLine] = {}
+        for line in attempts:
+            pid = line["prompt_id"]
+            if pid not in last_attempt or line.get("attempt", 0) >= last_attempt[pid].get(
                 "attempt", 0
             ):
-                last_attempt[pid] = obj
+                last_attempt[pid] = line
         for pid in prompt_ids:
             record = self.read_record(pid)
             logged = last_attempt.get(pid)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.syntax import Syntax
 from rich.text import Text
@@ -241,7 +242,7 @@ confirmation. Copying uses OSC 52, where the terminal supports it.
                 markup=False,
             )
             return
-        response = d.response or {}
+        response: Mapping[str, Any] = d.response or {}
         raw = self.chosen_raw() if what == "raw" else None
         if what == "raw":
             text = raw.data.decode("utf-8", "replace") if raw is not None else ""
