@@ -13,15 +13,23 @@ the provider says:
     last cut (at least the last 40; those still unanswered counted as not throttled, since
     a 429 comes back at once and a success only after the latency), more 429s, for several
     prompts, than a background of 10 % would give one time in a thousand, and (unless the
-    window is still widening in slow start) at least 30 % of them;
+    window is still widening in slow start) at least 30 % of them; or, while it still widens,
+    3 or more 429s for several prompts, those after the sample's first 429 more, among the
+    requests sent after it, than that background would give one time in 10,000 (a budget
+    spent in slow start answers every later request with a 429 at once, while the successes
+    sent before it are still on their way);
   - or the route is paced after a limit and the 429s among its requests since the cut are
     more than the background share explains (one time in 500), the share taken as high as
     the answers it stands on allow (two standard errors above it, at most 10 %), so that
     random 429s on a route that knows little of its background are not taken for its limit.
-    On a paced route whose answers outside the spans that ended in a cut (and, once the
-    limit's rate is measured, sent below half-way up to it) have held almost no 429 (under
-    1 % of 30 or more), the first 429 is the limit again. An isolated 429 to a request paced
-    above a measured rate undoes a second of the probe's growth.
+    On a paced route whose answers outside the spans that ended in a cut, at any pace, have
+    held almost no 429 (at most 1 %, and fewer than a background of 10 % would give one time
+    in a hundred: 44 answers or more without one), the first 429 is the limit again, unless
+    the last cut was such a 429 sent below the probing zone and this one is too: a limit
+    found and paced below does not answer so again at once, random 429s do. An isolated 429
+    to a request paced above a measured rate undoes the probe's growth of a second, or of
+    the time it takes to send 5 requests if that is shorter (so the pace still rises while
+    fewer than one in five of those requests are 429s).
   Otherwise it is isolated: the slot is freed and the window, the pace and every other worker
   are left alone; the prompt retries by its own backoff and `Retry-After`. The background
   share is that of the 429s among the last 400 answers to requests sent below the probing
@@ -34,16 +42,18 @@ the provider says:
   taken as the same congestion. On a signal the route pauses for the shortest Retry-After a
   recent 429 asked for (every worker, not only the one that was told; a 429 refused at random
   may ask for longer than the limit's own), requests are paced at the rate the provider was
-  actually admitting since the previous signal, its pause included (a little less, and
-  allowing for the background share), and the window is halved, though never below what that
-  pace needs at the observed latency (twice pace x latency), so a rate limit is met by
-  pacing, not by starving. After a limit that asked for a pause of a second or more (a window
-  that remembers what was sent), the pace is at most what was admitted over the last 30 s up
-  to the end of the pause: a window refilled in a pause, or a first burst, would otherwise
-  look like a rate it cannot keep up. The pace then rises by 5 % a second; from half-way back to the
-  rate where the limit was found it is probing, and past a rate that was measured (not
-  guessed from a first burst) it rises by 1 % a second, because a window remembers what was
-  sent for as long as it lasts and an excess shows late.
+  actually admitting since the previous signal, its pause included (a little less, and allowing
+  for the background share; when the previous signal came too soon for half a second of sending,
+  since the latest signal before it that leaves that long, the limit having bound all along, its
+  pauses left out of that half second), and the window is halved, though never below what that
+  pace needs at the observed latency (twice pace x latency), so a rate limit is met by pacing,
+  not by starving. After a limit that asked for a pause of a second or more (a window that
+  remembers what was sent), the pace is at most what was admitted over the last 30 s up to the
+  end of the pause: a window refilled in a pause, or a first burst, would otherwise look like a
+  rate it cannot keep up. The pace then rises by 5 % a second; from half-way back to the rate
+  where the limit was found it is probing, and past a rate that was measured (not guessed from a
+  first burst) it rises by 1 % a second, because a window remembers what was sent for as long as
+  it lasts and an excess shows late.
 - Rate-limit headers (`x-ratelimit-{limit,remaining,reset}-{requests,tokens}` and
   `anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`) are read on every answer
   and mirrored, one budget per family: the budget the provider had left when it took that
@@ -91,8 +101,10 @@ _PROBE_CHANCE = 0.002  # at most, that a paced route's 429s come at the backgrou
 _RUN_CHANCE = 0.001  # at most, that a run's 429s come at random
 _RUN_BACKGROUND = 0.1  # the background a run is held against, at least
 _PRIOR = (1.0, 20.0)  # 429s and answers assumed before any are seen
-_CLEAN_ANSWERS = 30  # answers below the probing zone, at least, to call a route clean ...
-_CLEAN_SHARE = 0.01  # ... with at most this share of 429s among them
+_CLEAN_SHARE = 0.01  # of 429s, at most, among the answers of a route called clean, ...
+_CLEAN_CHANCE = 0.01  # ... and at most this chance that a background of 10 % gives so few
+_STREAK_CHANCE = 0.0001  # at most, that the 429s from the first of a run on come at random
+_HOLD_SHARE = 0.2  # of 429s among the requests paced above a measured rate, that hold it
 _RANDOM_ALLOWANCE = 1.1  # at most, what the pace adds for requests refused at random
 _BACKGROUND = 400  # answers kept to measure the share of 429s that come whatever the rate
 _BACKGROUND_MAX = 0.10  # taken as the background at most: a limit must not hide behind it
@@ -204,6 +216,15 @@ def _chance(hits: int, n: int, p: float) -> float:
     return min(1.0, sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(hits, n + 1)))
 
 
+def _chance_at_most(hits: int, n: int, p: float) -> float:
+    """The probability of at most `hits` 429s among `n` answers each a 429 with chance p."""
+    if hits >= n:
+        return 1.0
+    if hits < 0:
+        return 0.0
+    return min(1.0, sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(hits + 1)))
+
+
 def _number(text: str) -> float | None:
     try:
         return float(text)
@@ -292,6 +313,10 @@ class Governor:
         self._pause_until = 0.0
         self._last_cut = -math.inf
         self._resumed_at = -math.inf  # when the pause of the last signal ended
+        self._paused = 0.0  # seconds of pauses, in all, up to _pause_until
+        # The signals since the last that measured an admission rate, with the seconds paused
+        # up to each: the limit has bound since every one of them.
+        self._unmeasured: list[tuple[float, float]] = []
         self._pace: float | None = None  # requests per second, from throttles
         self._paced_since = 0.0
         self._next_start = 0.0
@@ -317,6 +342,8 @@ class Governor:
         self._zone_rate = math.inf  # the pace from which the route is probing for it
         self._measured: float | None = None  # the limit's rate, when measured (not guessed)
         self._zone_since = math.inf  # when the pace rose above it (the probing zone)
+        self._clean_below = False  # the last cut was a clean route's 429 sent below the zone
+        self._judged_clean_below = False  # the 429 being judged is one
         self.throttles = 0
         self.signals = 0
         self.limits = 0
@@ -382,10 +409,14 @@ class Governor:
 
     def _hold_probe(self, now: float, entry: _Sent | None) -> None:
         """An isolated 429 to a request paced above the rate where the limit was measured
-        undoes a second of the probe's growth: it may be random, or the limit's first excess
-        too few to tell apart from the background, and a probe that went on rising through
-        such 429s would creep past the limit by 1 % a second with nothing to stop it. Random
-        429s hold the pace near the measured rate; they never lower it below."""
+        undoes a second of the probe's growth (or the growth of the time it takes to send 5
+        requests, if shorter): it may be random, or the limit's first excess too few to tell
+        apart from the background, and a probe that went on rising through such 429s would
+        creep past the limit by 1 % a second with nothing to stop it. The pace still rises
+        while fewer than a fifth of those requests are 429s, so a background of random 429s
+        (at most a tenth) slows the probe without holding it at a rate measured a little
+        low; the limit's excess on top of them stops it. They never lower it below the
+        measured rate."""
         found, pace = self._measured, self.pace
         if (
             found is None
@@ -396,7 +427,8 @@ class Governor:
             or pace <= found
         ):
             return
-        self._pace = max(found, pace / (1 + _PROBE_ABOVE))
+        undo = min(1.0, 1.0 / (_HOLD_SHARE * pace))
+        self._pace = max(found, pace / (1 + _PROBE_ABOVE) ** undo)
         self._paced_since = now
 
     def _free(self) -> None:
@@ -561,6 +593,7 @@ class Governor:
                 if self._pause_until <= now and wait >= _NOTED_PAUSE:
                     self.pauses += 1
                     self._decide(now, "pause", f"{wait:.2f} s for the route ({reason})")
+                self._paused += now + wait - max(now, self._pause_until)
                 self._pause_until = now + wait
         if ticket > self._last_cut:
             self._cut(now, reason)
@@ -604,7 +637,10 @@ class Governor:
             hits = sum(1 for e in paced if e.throttled)
             bound = self._background_bound(start)
             chance = _chance(hits, len(paced), bound)
-            if self._clean(start):
+            # Twice in a row below the probing zone is not a limit met again but a route that
+            # met 429s at random after answers too few to tell: such a 429 is judged by counts.
+            if self._clean(start) and not (self._clean_below and not probing):
+                self._judged_clean_below = not probing
                 # A route whose 429s have come only with its rate: its first one, paced above
                 # the rate where the limit was found or just below it, is the limit again.
                 # Taken as isolated, such 429s would count as background and hide the limit.
@@ -638,6 +674,20 @@ class Governor:
             return "limit", (
                 f"run: {hits} of the last {len(sample)} requests were 429, for {prompts} prompts"
             )
+        if rising and hits >= 3 and prompts >= need:
+            # A budget spent in slow start answers every request sent after it with a 429, at
+            # once: from the first 429 of the sample on, the run is nearly all of them, while
+            # the requests sent before it dilute the sample for as long as their successes take.
+            first = max(i for i, e in enumerate(sample) if e.throttled)
+            streak = sample[: first + 1]
+            if (
+                _chance(hits - 1, len(streak) - 1, max(background, _RUN_BACKGROUND))
+                < _STREAK_CHANCE
+            ):
+                return "limit", (
+                    f"run: {hits} of the {len(streak)} requests sent from the first 429 of "
+                    f"the last {len(sample)} on were 429, for {prompts} prompts"
+                )
         return "isolated", (
             f"{note}; {hits} of the last {len(sample)} requests were 429"
             f" (background {background:.0%})"
@@ -671,9 +721,15 @@ class Governor:
 
     def _clean(self, moment: float) -> bool:
         """Whether, before `moment`, the route has had answers enough outside the spans that
-        ended in a cut and (almost) no 429 among them."""
-        answers = self._evidence(moment, below_zone=False)
-        return len(answers) >= _CLEAN_ANSWERS and sum(answers) <= _CLEAN_SHARE * len(answers)
+        ended in a cut, at any pace, and (almost) no 429 among them: so few that a background
+        of 10 % would give them one time in a hundred at most (30 answers without a 429 are
+        one time in 24, and made every random 429 of a paced route a limit)."""
+        answers = [hit for ticket, hit, _, _ in self._background if ticket < moment]
+        hits = sum(answers)
+        return (
+            hits <= _CLEAN_SHARE * len(answers)
+            and _chance_at_most(hits, len(answers), _BACKGROUND_MAX) < _CLEAN_CHANCE
+        )
 
     def _background_before(self, moment: float) -> float:
         """The share of 429s among the answers to requests sent before `moment`, below the
@@ -716,6 +772,7 @@ class Governor:
 
     def _cut(self, now: float, reason: str) -> None:
         previous = self._last_cut
+        self._clean_below, self._judged_clean_below = self._judged_clean_below, False
         self._unlearn(now, previous)
         self.signals += 1
         self._last_cut = now
@@ -725,10 +782,24 @@ class Governor:
         current = self.pace
         # Over the whole span since the previous signal, its pause included (a bucket refills
         # and a window moves on while the route waits), but only if the route sent for long
-        # enough in it to have met the limit.
+        # enough in it to have met the limit. When the previous signal came too soon for that,
+        # the span goes back to the latest signal before it that leaves long enough: signals
+        # that came too close together to measure one are one span, the limit bound in all.
+        paused = self._paused - max(0.0, self._pause_until - now)  # up to now
         active = now - (self._latency or 0.0) - max(previous, self._resumed_at)
-        congested = self._admission_rate(previous, now) if active >= 0.5 else None
+        since = previous
+        for cut, paused_then in reversed(self._unmeasured[:-1] if active < 0.5 else []):
+            active = now - (self._latency or 0.0) - cut - (paused - paused_then)
+            if active >= 0.5:
+                since = cut
+                break
+        congested = self._admission_rate(since, now) if active >= 0.5 else None
         self._resumed_at = self._pause_until
+        if congested is not None:
+            self._unmeasured.clear()
+        self._unmeasured.append((now, paused))
+        while self._unmeasured[0][0] < now - _ADMITTED_MEMORY:  # beyond the answers kept
+            self._unmeasured.pop(0)
         why, found = "", None
         if congested is not None:
             # Since the previous signal the provider's budget was spent, so what it admitted

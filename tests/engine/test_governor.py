@@ -245,6 +245,34 @@ def test_a_run_of_429s_across_prompts_is_a_limit_without_any_header() -> None:
     asyncio.run(go())
 
 
+def test_a_budget_spent_in_slow_start_is_a_limit_after_a_few_429s_in_a_row() -> None:
+    """A sliding window spent while the window still widens: the requests sent before the
+    budget ran out are on their way (their successes take the latency), every one sent after
+    it is answered 429 at once. Six such 429s in a row are a run, though they are few among
+    the requests of the last round trips."""
+
+    async def go() -> None:
+        clock = Clock()
+        g = Governor(128, clock=clock)
+        for _ in range(20):
+            ticket = await g.acquire()
+            clock.now += 0.01
+            g.answered(ticket)
+        for _ in range(30):  # admitted, still on their way
+            await g.acquire()
+            clock.now += 0.005
+        kinds = []
+        for i in range(6):
+            ticket = await g.acquire()
+            clock.now += 0.005
+            kinds.append(g.throttled(ticket, 0.0, prompt=f"p{i}"))
+        assert kinds[:5] == ["isolated"] * 5 and kinds[5] == "limit"
+        assert g.signals == 1 and g.state()["limit_reasons"].get("run") == 1
+        assert "from the first 429" in g.state()["decisions"][0]["reason"]
+
+    asyncio.run(go())
+
+
 async def _steady(
     g: Governor,
     clock: Clock,
@@ -352,13 +380,6 @@ def test_a_cut_leaves_its_span_out_of_the_background_429s_and_successes_alike() 
     asyncio.run(go())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known weakness: after 30 answers without a 429 the route counts as clean, and then "
-        "every random 429 on the paced route is taken for its limit and cuts it again"
-    ),
-)
 def test_random_429s_on_a_paced_route_are_held_against_a_background_measured_on_few_answers() -> (
     None
 ):
@@ -377,6 +398,33 @@ def test_random_429s_on_a_paced_route_are_held_against_a_background_measured_on_
         assert g.signals == 1 and g.pace is not None
         await _steady(g, clock, 20.0, g.pace, 0.1, lambda i: i % 10 == 7)
         assert g.signals == 1 and g.isolated >= 20
+
+    asyncio.run(go())
+
+
+def test_random_429s_above_a_measured_rate_slow_its_probe_without_holding_it_there() -> None:
+    """A tenth of random 429s on a route paced past the rate where its limit was measured:
+    each undoes a little of the probe's growth, not a whole second of it, so the pace still
+    rises (a rate measured a little low is not kept for the rest of the run)."""
+
+    async def go() -> None:
+        clock = Clock()
+        g = Governor(64, clock=clock)
+        for _ in range(30):
+            ticket = await g.acquire()
+            clock.now += 0.05
+            g.answered(ticket)
+        g.throttled(await g.acquire(), 0.0, SPENT)
+        assert g.pace is not None
+        await _steady(g, clock, 2.0, g.pace, 0.1, lambda i: False)
+        g.throttled(await g.acquire(), 0.0, SPENT)
+        assert g.signals == 2 and "admitted since the previous signal" in str(g.state())
+        found = g.state()["limit_found_per_second"]
+        clock.now += 1.0  # past the start the last pace gave the next request
+        assert found is not None and g.pace is not None
+        await _steady(g, clock, 30.0, g.pace, 0.1, lambda i: i % 10 == 7)
+        assert g.signals == 2 and g.isolated >= 20
+        assert g.pace > 1.05 * found
 
     asyncio.run(go())
 
