@@ -355,6 +355,15 @@ def test_429s_that_come_as_the_paced_rate_rises_past_the_limit_are_a_limit() -> 
     asyncio.run(go())
 
 
+async def _limit_met_after_30_answers(g: Governor, clock: Clock) -> None:
+    """30 answers 50 ms apart, then a 429 whose headers say the budget is spent: a limit."""
+    for _ in range(30):
+        ticket = await g.acquire()
+        clock.now += 0.05
+        g.answered(ticket)
+    g.throttled(await g.acquire(), 0.0, SPENT)
+
+
 def test_a_cut_leaves_its_span_out_of_the_background_429s_and_successes_alike() -> None:
     """A tenth of the answers 429 at random, then a run of 429s: the requests sent in the span
     that ended in the cut leave the background as a whole, so it still says a tenth (taking
@@ -390,11 +399,7 @@ def test_random_429s_on_a_paced_route_are_held_against_a_background_measured_on_
     async def go() -> None:
         clock = Clock()
         g = Governor(64, clock=clock)
-        for _ in range(30):
-            ticket = await g.acquire()
-            clock.now += 0.05
-            g.answered(ticket)
-        g.throttled(await g.acquire(), 0.0, SPENT)
+        await _limit_met_after_30_answers(g, clock)
         assert g.signals == 1 and g.pace is not None
         await _steady(g, clock, 20.0, g.pace, 0.1, lambda i: i % 10 == 7)
         assert g.signals == 1 and g.isolated >= 20
@@ -410,11 +415,7 @@ def test_random_429s_above_a_measured_rate_slow_its_probe_without_holding_it_the
     async def go() -> None:
         clock = Clock()
         g = Governor(64, clock=clock)
-        for _ in range(30):
-            ticket = await g.acquire()
-            clock.now += 0.05
-            g.answered(ticket)
-        g.throttled(await g.acquire(), 0.0, SPENT)
+        await _limit_met_after_30_answers(g, clock)
         assert g.pace is not None
         await _steady(g, clock, 2.0, g.pace, 0.1, lambda i: False)
         g.throttled(await g.acquire(), 0.0, SPENT)
@@ -468,11 +469,7 @@ def test_on_a_paced_route_without_random_429s_the_first_429_near_the_limit_is_th
     async def go() -> None:
         clock = Clock()
         g = Governor(64, clock=clock)
-        for _ in range(30):
-            ticket = await g.acquire()
-            clock.now += 0.05
-            g.answered(ticket)
-        g.throttled(await g.acquire(), 0.0, SPENT)
+        await _limit_met_after_30_answers(g, clock)
         assert g.pace is not None
         await _steady(g, clock, 6.0, g.pace, 0.1, lambda i: False)
         assert g.signals == 1
