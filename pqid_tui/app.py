@@ -22,6 +22,7 @@ from engine.events import Event, ProgressCallback, RunStarted
 from engine.release import Release, load_release
 from engine.run.live import RunResult
 from engine.run.runs import RunProgress, resend_async
+from pqid_tui.context import AppContext
 from pqid_tui.messages import RunEnded, RunLaunched
 from pqid_tui.services.replay import ReplayService, default_replay_service
 from pqid_tui.session import RunSession
@@ -360,6 +361,11 @@ def run_app(ns: argparse.Namespace) -> int:
     )
     result = app.run()
     return int(result or 0)
+
+
+def _as_context(app: PqidApp) -> AppContext:
+    """Never called: the type checker holds the app to what its screens expect of it."""
+    return app
 
 
 __all__ = ["PqidApp", "default_runs_dir", "make_app", "run_app"]

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
-
 from textual import on
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
-if TYPE_CHECKING:
-    from pqid_tui.app import PqidApp
+from pqid_tui.context import app_context
 
 
 class AppScreen(Screen[None]):
@@ -18,5 +15,5 @@ class AppScreen(Screen[None]):
     @on(Worker.StateChanged)
     def _report_failed_worker(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
-            app = cast("PqidApp", self.app)
+            app = app_context(self.app)
             app.report_worker_error(event.worker)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult, SystemCommand
@@ -14,12 +14,10 @@ from textual.widgets import Button, DataTable, Footer, Header, Static
 from engine.errors import PqidError
 from engine.providers.credentials import describe_source, keyring_delete, keyring_set
 from engine.providers.routes import PRESETS
+from pqid_tui.context import app_context
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.textsafe import escape_controls
 from pqid_tui.widgets.plain import plain
-
-if TYPE_CHECKING:
-    from pqid_tui.app import PqidApp
 
 
 def describe_where(source: str) -> str:
@@ -98,7 +96,7 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
 
     @work(thread=True, exclusive=True, group="credentials", exit_on_error=False)
     def action_refresh(self) -> None:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         sources = {name: describe_source(route, env=app.env) for name, route in PRESETS.items()}
         self.post_message(self.Sources(sources))
 
@@ -248,7 +246,7 @@ missing). Resolution order: `--api-key-file`, then the variable, then the keyrin
         from engine.providers.check import check_provider
         from engine.providers.credentials import resolve_credential
 
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         route = PRESETS[name]
         result = self.query_one("#check-result", Static)
         result.update(plain(f"checking {name}…"))

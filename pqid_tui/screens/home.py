@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -20,13 +20,11 @@ from engine.release import (
 )
 from engine.release.model import Verification
 from engine.run.runs import RunInfo, list_runs
+from pqid_tui.context import app_context
 from pqid_tui.messages import RunEnded
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.text import UNKNOWN_ERROR
 from pqid_tui.widgets.plain import one_line, plain
-
-if TYPE_CHECKING:
-    from pqid_tui.app import PqidApp
 
 
 class HomeScreen(AppScreen):
@@ -102,7 +100,7 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
         self.refresh_runs()
 
     def show_release(self) -> None:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         release = app.release
         text = Text()
         if release is None:
@@ -131,7 +129,7 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
     @work(thread=True, exclusive=True, group="home-verify", exit_on_error=False)
     def verify_release(self) -> None:
         """Check every present file the release's manifest lists (PQID-Bench: a second)."""
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         release = app.release
         if release is None or getattr(release, "verifier", None) is None:
             return
@@ -144,7 +142,7 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
 
     @work(thread=True, exclusive=True, group="home-runs", exit_on_error=False)
     def refresh_runs(self) -> None:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         runs = list_runs(app.runs_dir)
         self.app.call_from_thread(self._show_runs, runs)
 
@@ -152,7 +150,7 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
         self.runs = runs
         table = self.query_one("#runs", DataTable)
         table.clear()
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         running = app.session.run_dir()
         for info in runs:
             if info.problem:
@@ -220,30 +218,30 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
         self.refresh_runs()
 
     def action_new_run(self) -> None:
-        cast("PqidApp", self.app).open_screen("new")
+        app_context(self.app).open_screen("new")
 
     def action_open_run(self) -> None:
         run = self.selected_run()
         if run is None:
             self.notify("No run to open yet: press n to start one.")
             return
-        cast("PqidApp", self.app).open_screen("monitor", run_dir=run)
+        app_context(self.app).open_screen("monitor", run_dir=run)
 
     def action_resume_run(self) -> None:
         run = self.selected_run()
         if run is None:
             self.notify("No run to resume yet: press n to start one.")
             return
-        cast("PqidApp", self.app).open_screen("monitor", run_dir=run, resume=True)
+        app_context(self.app).open_screen("monitor", run_dir=run, resume=True)
 
     def action_replay(self) -> None:
-        cast("PqidApp", self.app).open_screen("replay", run_dir=self.selected_run())
+        app_context(self.app).open_screen("replay", run_dir=self.selected_run())
 
     def action_credentials(self) -> None:
-        cast("PqidApp", self.app).open_screen("credentials")
+        app_context(self.app).open_screen("credentials")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         release = app.release
         if action == "absent":  # in the footer only when the release lacks files
             return bool(release is not None and release.absent)
@@ -252,7 +250,7 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
         return True
 
     def action_verify(self) -> None:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         if (
             app.release is None
             or getattr(app.release, "verifier", None) is None

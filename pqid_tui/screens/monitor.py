@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar
 
 from rich.text import Text
 from textual import events, on
@@ -18,14 +18,12 @@ from engine.config import LiveRunConfig
 from engine.errors import PqidError
 from engine.run.runs import RunProgress, resume_config
 from engine.states import PromptState
+from pqid_tui.context import app_context
 from pqid_tui.messages import RunEnded
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.text import PROVIDER_TERMS, UNCERTAIN_EXPLANATION, describe_error
 from pqid_tui.widgets.plain import plain
 from pqid_tui.widgets.run_grid import PromptTable, RetryQueue, RunGrid
-
-if TYPE_CHECKING:
-    from pqid_tui.app import PqidApp
 
 
 def clock_text(seconds: float | None) -> str:
@@ -131,7 +129,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
         yield Footer()
 
     def on_mount(self) -> None:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         self._rows_seen = False
         self.flush(full=True)
         self.set_interval(app.flush_interval, self._flush_tick)
@@ -205,7 +203,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
             self.show_detail()
 
     def status_word(self) -> str:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         if self.live and app.session.runs(self.progress):
             control = app.session.control
             if control is not None and control.stopped:
@@ -284,7 +282,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
 
     # -- actions ---------------------------------------------------------------------------------
     def _running_here(self) -> bool:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         return app.session.runs(self.progress)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -296,7 +294,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
         return True
 
     def action_toggle_pause(self) -> None:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         control = app.session.control
         if not self._running_here() or control is None:
             self.action_resume_run()
@@ -312,7 +310,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
         self.show_stats()
 
     def action_stop(self) -> None:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         if self._running_here() and app.session.control is not None:
             app.session.control.stop()
             self.notify("Stopping: requests in flight finish; the run stays resumable.")
@@ -347,7 +345,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
 
     def action_edit_resume(self) -> None:
         """The New run form filled from this run's manifest (other pacing, limits, flags)."""
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         app.open_screen("new", run_dir=self.run_dir)
 
     def _focused_table(self) -> RunGrid | RetryQueue:
@@ -462,7 +460,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
 
     def retry_config(self, *, errors: bool, uncertain: bool) -> LiveRunConfig:
         """The resume config of this run with the retry flags."""
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         flags = {
             "resume": True,
             "retry_errors": errors,
@@ -479,7 +477,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
     ) -> None:
         from pqid_tui.screens.dialogs import ConfirmScreen
 
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         if app.session.active:
             self.notify("A run is in progress: wait for it, or stop it first.", severity="warning")
             return
@@ -522,7 +520,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
         )
 
     def _launch(self, config: LiveRunConfig, ids: Iterable[str] | None) -> None:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         self.query_one(RunGrid).marked.clear()
         self.query_one(RetryQueue).marked.clear()
         app.start_run(config, None if ids is None else list(ids))

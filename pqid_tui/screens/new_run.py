@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import events, on
@@ -32,13 +32,11 @@ from engine.run.plan import Plan, build_plan
 from engine.run.runs import RunInfo, read_run_info, resume_config
 from engine.rundir.layout import MANIFEST
 from engine.rundir.records import RunDir, check_same_contract
+from pqid_tui.context import app_context
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.text import PROVIDER_TERMS, RUN_IN_PROGRESS, UNCERTAIN_EXPLANATION, describe_error
 from pqid_tui.widgets.plain import plain
 from pqid_tui.widgets.wrapping import WrappingCheckbox
-
-if TYPE_CHECKING:
-    from pqid_tui.app import PqidApp
 
 INPUT_FIELDS = (
     "model",
@@ -161,7 +159,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
             yield Static("", id=f"err-{name}", classes="field-error")
 
     def compose(self) -> ComposeResult:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         release = app.release
         splits = list(release.split_counts()) if release is not None else []
         yield Header()
@@ -301,7 +299,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
     def fill_from_run(self, run_dir: Path) -> None:
         """The form as the run in `run_dir` was made (its manifest), set to resume it; the
         pacing this session last used on it, else the defaults."""
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         try:
             config = resume_config(run_dir, app.release_dir)
         except PqidError as exc:
@@ -363,14 +361,14 @@ prompts that were in flight when a run died (a possible extra paid draw).
         if not text:
             return None
         path = Path(text).expanduser()
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         return path if path.is_absolute() else app.runs_dir / path
 
     def _suggest_output_dir(self) -> None:
         current = self._value("output_dir")
         if current and current != self._auto_output:
             return  # the user chose a directory: leave it alone
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         base = f"{self._select('provider')}-{slug(self._value('model') or 'model')}"
         name, n = base, 1
         while (app.runs_dir / name).exists():
@@ -381,7 +379,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
 
     def read_fields(self) -> tuple[dict[str, Any], dict[str, str]]:
         """The form as LiveRunConfig fields, and the fields that are not even well-formed."""
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         errors: dict[str, str] = {}
 
         def number(name: str, kind: type, default: Any = None) -> Any:
@@ -458,7 +456,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
 
     def recompute(self) -> None:
         """Validate the form, rebuild the dry-run plan and show both."""
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         fields, errors = self.read_fields()
         self.plan = None
         config: LiveRunConfig | None = None
@@ -589,7 +587,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
             box.disabled = not self.contacts_provider()
 
     def can_start(self) -> bool:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         if self.plan is None or self.errors or app.session.active:
             return False
         return not self.contacts_provider() or self._checked("acknowledge")
@@ -686,7 +684,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
         self.action_start()
 
     def action_start(self) -> None:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         self.recompute()
         if not self.can_start() or self.plan is None:
             reason = (

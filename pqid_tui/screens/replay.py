@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -35,6 +35,7 @@ from engine.events import (
     ReplayFinished,
 )
 from engine.run.runs import is_evaluated, list_runs
+from pqid_tui.context import app_context
 from pqid_tui.screens.base import AppScreen
 from pqid_tui.services.replay import (
     Comparison,
@@ -49,9 +50,6 @@ from pqid_tui.widgets.bar_chart import BarChart, BarRow
 from pqid_tui.widgets.plain import plain
 from pqid_tui.widgets.sort_table import Cell, Column, Row, SortableTable
 from pqid_tui.widgets.wrapping import WrappingCheckbox, WrappingLog
-
-if TYPE_CHECKING:
-    from pqid_tui.app import PqidApp
 
 EXECUTION_NOTE = (
     "I understand that replay executes the model's generated code. It runs only "
@@ -140,7 +138,7 @@ same files as the batch mode.
                 with Vertical(id="docker-box", classes="panel"):
                     yield Static("Docker", classes="section-title")
                     yield Static("checking…", id="docker-status")
-                    remembered = cast("PqidApp", self.app).replay_image
+                    remembered = app_context(self.app).replay_image
                     yield Input(
                         remembered.get("base_image", ""),
                         id="base_image",
@@ -179,7 +177,7 @@ same files as the batch mode.
         yield Footer()
 
     def on_mount(self) -> None:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         runs = [info for info in list_runs(app.runs_dir) if not info.problem]
         select = self.query_one("#run", Select)
         select.set_options([(plain(info.name), str(info.path)) for info in runs])
@@ -208,7 +206,7 @@ same files as the batch mode.
 
     @on(Input.Changed, "#base_image, #wheelhouse")
     def _image_input_changed(self, event: Input.Changed) -> None:
-        remembered = cast("PqidApp", self.app).replay_image
+        remembered = app_context(self.app).replay_image
         if event.input.id:
             remembered[event.input.id] = event.value.strip()
 
@@ -219,7 +217,7 @@ same files as the batch mode.
 
     def remember_image(self) -> None:
         """Keep the image inputs for the next session (the settings file of the CLI's app)."""
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         for key in ("base_image", "wheelhouse"):
             app.settings.set(key, app.replay_image.get(key))
 
@@ -234,13 +232,13 @@ same files as the batch mode.
     def options(self) -> ImageOptions:
         base = self.query_one("#base_image", Input).value.strip() or None
         wheels = self.query_one("#wheelhouse", Input).value.strip()
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         pins = app.release.evaluator_requirements if app.release is not None else None
         return ImageOptions(base, Path(wheels).expanduser() if wheels else None, pins)
 
     @property
     def service(self) -> ReplayService:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         return app.replay_service
 
     # -- Docker ----------------------------------------------------------------------------------
@@ -335,7 +333,7 @@ same files as the batch mode.
         self._start_replay(run_dir, overwrite=False)
 
     def _start_replay(self, run_dir: Path, *, overwrite: bool) -> None:
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         progress = self.query_one("#progress", ProgressBar)
         progress.display = True
         progress.update(total=None, progress=0)
@@ -418,7 +416,7 @@ same files as the batch mode.
         if self.run_dir is None:
             self.notify("Choose a run to compare.", severity="warning")
             return
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         self.compare_run(
             self.run_dir, app.release_dir, self.query_one("#allow_partial", Checkbox).value
         )
@@ -578,7 +576,7 @@ same files as the batch mode.
         if self.run_dir is None:
             self.notify("Choose a run to export.", severity="warning")
             return
-        app = cast("PqidApp", self.app)
+        app = app_context(self.app)
         self.export_files(
             self.run_dir, app.release_dir, self.query_one("#allow_partial", Checkbox).value
         )
