@@ -207,13 +207,19 @@ def header_families(headers: dict[str, str]) -> set[str]:
     return families
 
 
+def _binomial(ks: range, n: int, p: float) -> float:
+    """The probability that the number of 429s among `n` answers, each a 429 with chance p,
+    is one of `ks`."""
+    return min(1.0, sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in ks))
+
+
 def _chance(hits: int, n: int, p: float) -> float:
     """The probability of at least `hits` 429s among `n` answers each a 429 with chance p."""
     if hits <= 0:
         return 1.0
     if n <= 0 or hits > n:
         return 0.0
-    return min(1.0, sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(hits, n + 1)))
+    return _binomial(range(hits, n + 1), n, p)
 
 
 def _chance_at_most(hits: int, n: int, p: float) -> float:
@@ -222,7 +228,7 @@ def _chance_at_most(hits: int, n: int, p: float) -> float:
         return 1.0
     if hits < 0:
         return 0.0
-    return min(1.0, sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(hits + 1)))
+    return _binomial(range(hits + 1), n, p)
 
 
 def _number(text: str) -> float | None:
@@ -747,16 +753,16 @@ class Governor:
     def _background_counts(self, moment: float) -> tuple[float, float]:
         """(share of 429s, answers it stands on) among the answers to requests sent before
         `moment` below the probing zone, a prior included."""
-        answers = self._evidence(moment, below_zone=True)
+        answers = self._evidence(moment)
         # A prior of one 429 in 20 answers: until there are answers enough, the background is
         # not taken to be zero.
         n = len(answers) + _PRIOR[1]
         return (sum(answers) + _PRIOR[0]) / n, n
 
-    def _evidence(self, moment: float, *, below_zone: bool) -> list[bool]:
-        """Whether each answer kept was a 429, for the requests sent before `moment` (only
-        those below the probing zone, if `below_zone`) at a pace below half-way up to the
-        rate where the limit was last measured: those paced faster, probing or by a guess
+    def _evidence(self, moment: float) -> list[bool]:
+        """Whether each answer kept was a 429, for the requests sent before `moment` below the
+        probing zone, at a pace below half-way up to the rate where the limit was last
+        measured: those paced faster, probing or by a guess
         that proved too high, may have met the limit, and tell nothing sure of what is
         refused whatever the rate. (Counted, the limit's 429s among them would make a route
         without random 429s look as if it had them, and hide the limit behind them.)"""
@@ -764,7 +770,7 @@ class Governor:
         return [
             hit
             for ticket, hit, probing, pace in self._background
-            if ticket < moment and not (below_zone and probing) and (pace is None or pace < below)
+            if ticket < moment and not probing and (pace is None or pace < below)
         ]
 
     def _decide(self, now: float, kind: str, reason: str) -> None:
