@@ -272,8 +272,9 @@ def table(results: dict[str, dict[str, Any] | None]) -> str:
     )
     if rescore:
         limits[len(rows) - 1] = (
-            "every response runs twice (strict and recovery), each in a fresh forked child, "
-            "one child at a time: the children's lives sum to "
+            "each response runs in a fresh forked child, one child at a time (the recovery "
+            f"run reused from the strict run for {_get(rescore, 'rescore', 'recovery_reused')} "
+            f"of {_get(rescore, 'rescore', 'cells')} cells): the children's lives sum to "
             f"{_fmt(_get(rescore, 'rescore', 'child_ms_per_cell'), '.1f', ' ms')} per cell"
         )
     rows.append(

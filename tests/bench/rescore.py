@@ -10,10 +10,10 @@ figures are from this one run and nothing passes or fails on them. The last line
 
 - Hardened: `engine.replay.rescore.rescore` as `pqid-tui --batch rescore` runs it, with the image
   already there: reading the responses and the frozen cells, one evaluator container
-  (network-less, read-only, unprivileged), every response run twice under the PQID-Bench
+  (network-less, read-only, unprivileged), every response scored under the PQID-Bench
   contract (the strict run and the target-context recovery run, which is skipped, its
   verdict taken from the strict run's circuits, when the code provably cannot see the
-  difference: `recovery_reused`), each in a fresh forked child, its circuits graded in
+  difference: `recovery_reused`), each run in a fresh forked child, its circuits graded in
   another process, and the comparison. `hardened_s` is that
   whole call.
 - Unhardened: the study's own reference harness, `scripts/run_pqid_bench_external_model_
