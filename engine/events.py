@@ -9,9 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from engine.states import PromptState
+from engine.rundir.shapes import RunSummary
+from engine.states import AttemptDecision, PromptState
 
-# The states a PromptStateChanged carries: one vocabulary, engine.states.PromptState.
+# The states a PromptStateChanged carries and an AttemptFinished's decision: one vocabulary,
+# engine.states.
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,7 @@ class AttemptFinished:
     status: int | None
     latency_ms: int | None  # None on the Batch API path
     error_class: str | None
-    decision: Literal["success", "retry", "terminal"]
+    decision: Literal[AttemptDecision.SUCCESS, AttemptDecision.RETRY, AttemptDecision.TERMINAL]
     usage: dict[str, Any] | None = None
 
 
@@ -56,7 +58,7 @@ class AttemptFinished:
 class RunFinished:
     """A run ended (completed, stopped or interrupted); `summary` is run-summary.json."""
 
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: RunSummary
 
 
 @dataclass(frozen=True, slots=True)

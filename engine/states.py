@@ -1,6 +1,7 @@
-"""The one vocabulary of states: a prompt's state in a run, and a record's state on disk.
+"""The one vocabulary of states: a prompt's state in a run, a record's state on disk, and
+what became of each provider attempt.
 
-Both are `str` enums: a member equals its string, hashes like it, prints as it and is
+All are `str` enums: a member equals its string, hashes like it, prints as it and is
 written to JSON as it, so the run directory's bytes are what they were with bare strings.
 """
 
@@ -47,4 +48,15 @@ class RecordState(_StrState):
     ERROR = "error"
 
 
-__all__ = ["PromptState", "RecordState"]
+class AttemptDecision(_StrState):
+    """What became of one provider attempt (its line of provider-attempts.jsonl): answered,
+    to be tried again, given up, or "uncertain": in flight when an earlier run stopped, and
+    sent again with --retry-uncertain."""
+
+    SUCCESS = "success"
+    RETRY = "retry"
+    TERMINAL = "terminal"
+    UNCERTAIN = "uncertain"
+
+
+__all__ = ["AttemptDecision", "PromptState", "RecordState"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual.message import Message
+
+if TYPE_CHECKING:
+    from engine.rundir.shapes import RunSummary
 
 
 class RunLaunched(Message, bubble=False):
@@ -18,7 +21,7 @@ class RunLaunched(Message, bubble=False):
 class RunEnded(Message, bubble=False):
     """The run worker ended: with the run summary, or with the error that stopped it."""
 
-    def __init__(self, run_dir: str, summary: dict[str, Any] | None, error: str | None) -> None:
+    def __init__(self, run_dir: str, summary: RunSummary | None, error: str | None) -> None:
         super().__init__()
         self.run_dir = run_dir
         self.summary = summary

@@ -76,7 +76,7 @@ from engine.run.session import Session
 from engine.run.summary import Tally, invocation_summary, write_summary
 from engine.rundir.layout import BATCH_STATE
 from engine.rundir.records import ERROR, IN_FLIGHT, Reconciled, RunDir, utc_now
-from engine.rundir.shapes import BatchState
+from engine.rundir.shapes import BatchState, RunSummary
 from engine.rundir.storage import atomic_write_bytes, atomic_write_json, canonical_json, sha256_hex
 from engine.states import PromptState
 
@@ -800,21 +800,35 @@ class BatchRun:
         )
 
     # -- summary -------------------------------------------------------------------------------
-    def write_summary(self) -> dict[str, Any]:
+    def write_summary(self) -> RunSummary:
+        state = self.state
+        reconciled, waiting = None, None
+        if state is not None and state["phase"] != MATERIALISED:
+            # In-flight records of an unfinished batch are pending in it, not uncertain.
+            reconciled = self.run_dir.reconcile(self.plan.prompt_ids, repair=False)
+            held = [
+                pid
+                for pid in reconciled.by_state(PromptState.UNCERTAIN)
+                if self._belongs(reconciled, pid, state)
+            ]
+            for pid in held:
+                reconciled.statuses[pid].state = PromptState.PENDING
+            waiting = len(held)
         summary = invocation_summary(
             self.config,
             self.run_dir,
             self.plan.prompt_ids,
             self.tally,
             stopped=self.control.stopped,
+            reconciled=reconciled,
         )
-        state = self.state
         if state is not None:
-            summary["batch"] = self._batch_summary(summary, state)
+            summary["batch"] = self._batch_summary(state, waiting)
         write_summary(self.run_dir, summary)
         return summary
 
-    def _batch_summary(self, summary: dict[str, Any], state: BatchState) -> dict[str, Any]:
+    def _batch_summary(self, state: BatchState, waiting: int | None) -> dict[str, Any]:
+        """The summary's `batch`; `waiting`: the prompts pending in an unfinished batch."""
         info: dict[str, Any] = {
             "batch_id": state.get("batch_id"),
             "status": state.get("status"),
@@ -836,14 +850,7 @@ class BatchRun:
                 for p in state.get("previous_batches", [])
             ],
         }
-        if state["phase"] != MATERIALISED:
-            # In-flight records of an unfinished batch are pending in it, not uncertain.
-            rec = self.run_dir.reconcile(self.plan.prompt_ids, repair=False)
-            waiting = sum(
-                1 for pid in rec.by_state(PromptState.UNCERTAIN) if self._belongs(rec, pid, state)
-            )
-            summary["uncertain"] -= waiting
-            summary["pending"] += waiting
+        if waiting is not None:
             info["pending_in_batch"] = waiting
         return info
 

@@ -9,18 +9,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import Any
+
+from engine.rundir.shapes import RunSummary
 
 
 @dataclass
 class RunResult:
     """What a live run did; `to_dict()` is run-summary.json."""
 
-    summary: dict[str, Any]
+    summary: RunSummary
     run_dir: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.summary)
+    def to_dict(self) -> RunSummary:
+        return self.summary.copy()
 
 
 class RunControl:

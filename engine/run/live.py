@@ -34,7 +34,7 @@ from engine.providers.oracle import OracleTransport
 from engine.run.control import RunControl, RunResult
 from engine.run.plan import PlannedRequest, build_plan
 from engine.run.recast import run_with_recast
-from engine.run.recorder import AttemptOutcome, Recorder, redact, redact_text
+from engine.run.recorder import AttemptOutcome, FailedDecision, Recorder, redact, redact_text
 from engine.run.retry import backoff
 from engine.run.session import Session, build_manifest, request_record
 from engine.run.summary import (
@@ -46,8 +46,8 @@ from engine.run.summary import (
 )
 from engine.rundir.journal import Journal
 from engine.rundir.records import ERROR, IN_FLIGHT, RETRY_WAIT, RunDir, utc_now
-from engine.rundir.shapes import PromptRecord
-from engine.states import PromptState
+from engine.rundir.shapes import PromptRecord, RunSummary
+from engine.states import AttemptDecision, PromptState
 from engine.transport.governor import Governor
 from engine.transport.http import NetworkSender, Sender, SendFailed, SendTimeout, TransportSender
 
@@ -350,7 +350,9 @@ class LiveRun:
                     "with --retry-errors)"
                 )
             delay = 0.0 if give_up else backoff(self.config, retries, error.retry_after)
-            decision = "terminal" if give_up else "retry"
+            decision: FailedDecision = (
+                AttemptDecision.TERMINAL if give_up else AttemptDecision.RETRY
+            )
             if give_up:
                 group = self.recorder.failure_group(
                     req,
@@ -477,7 +479,7 @@ class LiveRun:
         return outcome
 
     # -- summary -------------------------------------------------------------------------------
-    def write_summary(self) -> dict[str, Any]:
+    def write_summary(self) -> RunSummary:
         batch = self.config.batch_api
         summary = invocation_summary(
             self.config,

@@ -300,20 +300,21 @@ def output_outcome(plan: Plan) -> dict[str, Any]:
     rec = RunDir(c.output_dir).reconcile(plan.prompt_ids, repair=False)
     counted = (PromptState.SUCCESS, PromptState.ERROR, PromptState.PENDING, PromptState.UNCERTAIN)
     states: dict[str, int] = {s: len(rec.by_state(s)) for s in counted}
-    if states["uncertain"] and not c.retry_uncertain:
+    uncertain = states[PromptState.UNCERTAIN]
+    if uncertain and not c.retry_uncertain:
         return {
             "action": "refused",
             "states": states,
             "reason": (
-                f"{states['uncertain']} prompt(s) were in flight when an earlier run stopped; "
+                f"{uncertain} prompt(s) were in flight when an earlier run stopped; "
                 "the provider may have answered them. Pass --retry-uncertain to send them again "
                 "(a possible extra paid draw)"
             ),
         }
     send = (
-        states["pending"]
-        + (states["error"] if c.retry_errors else 0)
-        + (states["uncertain"] if c.retry_uncertain else 0)
+        states[PromptState.PENDING]
+        + (states[PromptState.ERROR] if c.retry_errors else 0)
+        + (uncertain if c.retry_uncertain else 0)
     )
     return {
         "action": "resume",

@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, TypeAlias
 
 from engine.errors import ProviderError
 from engine.events import AttemptFinished, Event, PromptStateChanged
@@ -27,8 +28,11 @@ from engine.run.summary import response_note
 from engine.rundir.journal import Group, Journal
 from engine.rundir.records import ERROR, SUCCESS, PromptStatus, RunDir, utc_now
 from engine.rundir.shapes import AttemptInfo, AttemptLine, PromptRecord, ResponseLine
-from engine.states import PromptState
+from engine.states import AttemptDecision, PromptState
 from evaluator.extract import extract_code
+
+# A failed attempt's decision: another attempt, or none.
+FailedDecision: TypeAlias = Literal[AttemptDecision.RETRY, AttemptDecision.TERMINAL]
 
 
 def redact(data: bytes, secret: str | None) -> bytes:
@@ -120,8 +124,8 @@ class Recorder:
                 "finished_at_utc": utc_now(),
                 "latency_ms": None,
                 "status": None,
-                "error_class": "uncertain",
-                "decision": "uncertain",
+                "error_class": PromptState.UNCERTAIN,
+                "decision": AttemptDecision.UNCERTAIN,
                 "error": "in flight when an earlier run stopped; resent with --retry-uncertain",
                 "request_sha256": req.sha256,
                 "raw": None,
@@ -133,7 +137,7 @@ class Recorder:
         req: PlannedRequest,
         attempt: int,
         outcome: AttemptOutcome,
-        decision: str,
+        decision: FailedDecision,
         delay: float,
     ) -> AttemptLine:
         """A failed attempt's line of provider-attempts.jsonl."""
@@ -148,12 +152,12 @@ class Recorder:
             "error": redact_text(error.message, self.session.secret),
             "decision": decision,
             "retry_after_s": error.retry_after,
-            "backoff_s": round(delay, 3) if decision == "retry" else None,
+            "backoff_s": round(delay, 3) if decision == AttemptDecision.RETRY else None,
             "request_sha256": req.sha256,
         }
 
     def attempt_failed(
-        self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome, decision: str
+        self, req: PlannedRequest, attempt: int, outcome: AttemptOutcome, decision: FailedDecision
     ) -> None:
         error = outcome.error
         assert error is not None
@@ -164,7 +168,7 @@ class Recorder:
                 error.status,
                 outcome.latency_ms,
                 error.error_class,
-                "retry" if decision == "retry" else "terminal",
+                decision,
             )
         )
 
@@ -174,7 +178,7 @@ class Recorder:
         req: PlannedRequest,
         attempt: int,
         outcome: AttemptOutcome,
-        decision: str,
+        decision: FailedDecision,
         delay: float,
         record: PromptRecord,
     ) -> Group:
@@ -198,8 +202,9 @@ class Recorder:
             name = outcome.info["raw"]
             assert name is not None  # raw_body names the body whenever it keeps one
             self.run_dir.write_raw(name, outcome.raw[1])
-        self.run_dir.append_attempt(self.attempt_line(req, attempt, outcome, "terminal", 0.0))
-        self.attempt_failed(req, attempt, outcome, "terminal")
+        line = self.attempt_line(req, attempt, outcome, AttemptDecision.TERMINAL, 0.0)
+        self.run_dir.append_attempt(line)
+        self.attempt_failed(req, attempt, outcome, AttemptDecision.TERMINAL)
         self.run_dir.write_record(record)
         self.emit(
             PromptStateChanged(req.prompt_id, PromptState.ERROR, attempt, record["last_error"])
@@ -226,7 +231,7 @@ class Recorder:
                 status,
                 outcome.info["latency_ms"],
                 None,
-                "success",
+                AttemptDecision.SUCCESS,
                 reply.usage,
             )
         )
@@ -275,7 +280,7 @@ class Recorder:
             "status": status,
             "error_class": None,
             "error": None,
-            "decision": "success",
+            "decision": AttemptDecision.SUCCESS,
             "request_sha256": req.sha256,
         }
         record: PromptRecord = {
@@ -332,4 +337,4 @@ class Recorder:
         return self.journal.commit_later(group)
 
 
-__all__ = ["AttemptOutcome", "Recorder", "redact", "redact_text"]
+__all__ = ["AttemptOutcome", "FailedDecision", "Recorder", "redact", "redact_text"]

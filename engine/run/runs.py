@@ -33,7 +33,7 @@ from engine.run.live import LiveRun, RunControl, RunResult, response_note
 from engine.rundir import layout
 from engine.rundir.layout import EVALUATION_DIR, MANIFEST
 from engine.rundir.records import RunDir
-from engine.rundir.shapes import AttemptLine, ResponseLine
+from engine.rundir.shapes import AttemptLine, ResponseLine, RunSummary
 from engine.rundir.storage import canonical_json, sha256_hex
 from engine.states import PromptState
 
@@ -340,7 +340,7 @@ class PromptRow:
     """The latest known state of one prompt."""
 
     prompt_id: str
-    state: str = "pending"
+    state: str = PromptState.PENDING
     attempt: int = 0
     error: str | None = None
     next_attempt_at: float | None = None
@@ -380,7 +380,7 @@ class RunProgress:
     tokens: int = 0
     started_at: float | None = None
     finished_at: float | None = None
-    summary: dict[str, Any] | None = None
+    summary: RunSummary | None = None
     paused_seconds: float = 0.0  # time spent paused during this invocation, ended pauses
     paused_since: float | None = None  # when the current pause began (None: not paused)
     # The wall time of the last invocation read from the run directory (a run not running).
@@ -391,7 +391,7 @@ class RunProgress:
         row = self.rows.get(prompt_id)
         if row is None:
             row = self.rows[prompt_id] = PromptRow(prompt_id)
-            self.counts["pending"] += 1
+            self.counts[PromptState.PENDING] += 1
             self._dirty[prompt_id] = None
         return row
 
@@ -452,7 +452,7 @@ class RunProgress:
         elif isinstance(event, RunFinished):
             self.resumed()
             self.finished_at = self.clock()
-            self.summary = dict(event.summary)
+            self.summary = event.summary.copy()
 
     def paused(self) -> None:
         """Sending was paused: the clock of rates and ETA stops until `resumed`."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from typing import Any
 
 from engine import __version__
 from engine.config import LiveRunConfig
@@ -19,11 +18,11 @@ from engine.providers.credentials import Credential, resolve_credential
 from engine.run.plan import Plan, PlannedRequest, check_resumable, environment_dict, release_dict
 from engine.rundir.layout import BATCH_STATE
 from engine.rundir.records import RUN_FORMAT, PromptStatus, Reconciled, RunDir, utc_now
-from engine.rundir.shapes import RequestLine
+from engine.rundir.shapes import RequestLine, RunManifest
 from engine.states import PromptState
 
 
-def build_manifest(plan: Plan, credential_source: str) -> dict[str, Any]:
+def build_manifest(plan: Plan, credential_source: str) -> RunManifest:
     c = plan.config
     return {
         "format": RUN_FORMAT,

@@ -13,6 +13,7 @@ from engine.config import LiveRunConfig
 from engine.errors import ConfigError
 from engine.release.prices import PriceTable, load_prices, spent
 from engine.rundir.records import Reconciled, RunDir, utc_now
+from engine.rundir.shapes import RunCounts, RunSummary
 from engine.states import PromptState
 
 
@@ -48,7 +49,7 @@ def summarize_run(
     model: str | None = None,
     batch: bool = False,
     reconciled: Reconciled | None = None,
-) -> dict[str, Any]:
+) -> RunCounts:
     """Counts over the selected prompts, read back from the run directory. A live run that
     has just drained its writes passes the states it wrote (`reconciled`) instead of reading
     every record back."""
@@ -109,14 +110,14 @@ def invocation_summary(
     rate_control: dict[str, Any] | None = None,
     durable_writes: dict[str, Any] | None = None,
     send_path: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> RunSummary:
     """The run's counts plus what this invocation did and how its sending went (the summary
     before a sending strategy adds its own part and writes it)."""
     try:
         prices = load_prices(config.prices_path)
     except ConfigError:
         prices = None
-    summary = summarize_run(
+    counts = summarize_run(
         run_dir,
         prompt_ids,
         repair=False,
@@ -125,22 +126,22 @@ def invocation_summary(
         batch=config.batch_api,
         reconciled=reconciled,
     )
-    summary.update(
-        {
-            "attempted": len(tally.attempted_prompts),
-            "requests_sent": tally.attempts,
-            "skipped": len(prompt_ids) - len(tally.attempted_prompts),
-            "stopped": stopped,
-            "elapsed_seconds": round(time.time() - tally.started, 3),
-        }
-    )
-    summary["rate_control"] = rate_control
-    summary["durable_writes"] = durable_writes
-    summary["send_path"] = send_path
-    return summary
+    # `counts` is summarize_run's own dict, without `batch`, `recast` or `stability`; mypy
+    # cannot know that (a RunCounts may hold more keys), hence the ignore.
+    return {
+        **counts,  # type: ignore[typeddict-item]
+        "attempted": len(tally.attempted_prompts),
+        "requests_sent": tally.attempts,
+        "skipped": len(prompt_ids) - len(tally.attempted_prompts),
+        "stopped": stopped,
+        "elapsed_seconds": round(time.time() - tally.started, 3),
+        "rate_control": rate_control,
+        "durable_writes": durable_writes,
+        "send_path": send_path,
+    }
 
 
-def write_summary(run_dir: RunDir, summary: dict[str, Any]) -> None:
+def write_summary(run_dir: RunDir, summary: RunSummary) -> None:
     """Write run-summary.json; a run that could not keep it still returns its summary."""
     with contextlib.suppress(OSError):
         run_dir.write_summary(summary)

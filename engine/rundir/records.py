@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -11,7 +12,14 @@ from typing import Any, cast
 
 from engine.errors import InputError, ResumeRefused
 from engine.rundir.layout import ATTEMPTS, MANIFEST, RAW, RECORDS, REQUESTS, RESPONSES, SUMMARY
-from engine.rundir.shapes import AttemptLine, PromptRecord, RequestLine, ResponseLine
+from engine.rundir.shapes import (
+    AttemptLine,
+    PromptRecord,
+    RequestLine,
+    ResponseLine,
+    RunManifest,
+    RunSummary,
+)
 from engine.rundir.storage import (
     TEMPORARY_GLOB,
     append_jsonl,
@@ -21,7 +29,7 @@ from engine.rundir.storage import (
     read_jsonl,
     repair_torn_tail,
 )
-from engine.states import PromptState, RecordState
+from engine.states import AttemptDecision, PromptState, RecordState
 
 RUN_FORMAT = "pqid-run/1"
 
@@ -80,7 +88,7 @@ class RunDir:
     def is_nonempty(self) -> bool:
         return self.path.is_dir() and any(self.path.iterdir())
 
-    def create(self, manifest: dict[str, Any], requests: list[RequestLine]) -> None:
+    def create(self, manifest: RunManifest, requests: list[RequestLine]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         self.records_dir.mkdir(exist_ok=True)
         self.raw_dir.mkdir(exist_ok=True)
@@ -96,7 +104,7 @@ class RunDir:
         self.records_dir.mkdir(exist_ok=True)
         self.raw_dir.mkdir(exist_ok=True)
 
-    def read_manifest(self) -> dict[str, Any]:
+    def read_manifest(self) -> RunManifest:
         try:
             data = json.loads(self.manifest_path.read_bytes())
         except FileNotFoundError:
@@ -108,7 +116,7 @@ class RunDir:
             raise ResumeRefused(f"{self.manifest_path}: not valid JSON ({exc})") from None
         if not isinstance(data, dict) or data.get("format") != RUN_FORMAT:
             raise ResumeRefused(f"{self.manifest_path}: not a {RUN_FORMAT} run manifest")
-        return data
+        return cast(RunManifest, data)
 
     # -- records -------------------------------------------------------------------------------
     def record_path(self, prompt_id: str) -> Path:
@@ -188,7 +196,7 @@ class RunDir:
                 raise InputError(f"{path}:{number}: not a record with a prompt_id")
         return rows
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
+    def write_summary(self, summary: RunSummary) -> None:
         atomic_write_json(self.summary_path, summary)
 
     # -- resume ----------------------------------------------------------------------------------
@@ -234,7 +242,7 @@ class RunDir:
                     "status": resp.get("http_status"),
                     "error_class": None,
                     "error": None,
-                    "decision": "success",
+                    "decision": AttemptDecision.SUCCESS,
                     "request_sha256": resp.get("request_sha256"),
                     "raw": resp.get("raw"),
                     "recovered": True,
@@ -287,8 +295,8 @@ class RunDir:
             elif logged is not None and int(logged.get("attempt", 0)) >= int(
                 record.get("attempt", 0)
             ):
-                decision = logged.get("decision")
-                state = PromptState.ERROR if decision == "terminal" else PromptState.PENDING
+                terminal = logged.get("decision") == AttemptDecision.TERMINAL
+                state = PromptState.ERROR if terminal else PromptState.PENDING
                 last_error = logged.get("error") or last_error
             else:
                 state = PromptState.UNCERTAIN
@@ -296,7 +304,7 @@ class RunDir:
         return out
 
 
-def check_same_contract(existing: dict[str, Any], new: dict[str, Any]) -> None:
+def check_same_contract(existing: Mapping[str, Any], new: Mapping[str, Any]) -> None:
     """Refuse a resume whose identity differs from the run directory's manifest."""
     fields = [
         ("release digest", ("release", "digest")),

@@ -1,8 +1,36 @@
-"""The shapes of what a run directory holds: its records, its JSON lines, the batch state."""
+"""The shapes of what a run directory holds: its manifest, records, JSON lines, batch state
+and summary."""
 
 from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
+
+
+class RunManifest(TypedDict):
+    """run-manifest.json: what was asked, written once when the run directory is created.
+
+    Read back (RunDir.read_manifest) only `format` is checked; the readers take the other keys
+    with `.get`. The parts that make a run one contract are the ones Plan.identity gives.
+    """
+
+    format: str  # "pqid-run/1"
+    kind: str  # "live_replication"
+    created_at_utc: str
+    tool: dict[str, str]  # name, version
+    environment: dict[str, str]  # pqid_tui, python, httpx, platform
+    release: dict[str, Any]  # name, version, digest, modified, prompt counts, absent files
+    publishable: bool  # false on a modified release
+    route: dict[str, Any]  # provider, adapter, base_url, auth, credential_env, header names
+    model: str
+    selection: dict[str, Any]  # split, limit, prompt_ids_filter, count, prompt_ids_sha256
+    selected_prompt_ids: list[str]
+    request_set_sha256: str
+    generation_contract: dict[str, Any]  # the settings that shape every request body
+    generation_contract_preset: str | None  # "pqid-bench" or None
+    credential_source: str  # where the credential came from; "none" without one
+    contacts_provider: bool  # false on the oracle route
+    send_mode: str  # "live" or "batch-api"
+    target_metadata_exported: bool  # always false: only the prompts' messages are sent
 
 
 class PromptRecord(TypedDict):
@@ -61,7 +89,7 @@ class AttemptLine(AttemptInfo):
     status: int | None  # the HTTP status, when there was an answer
     error_class: str | None
     error: str | None
-    decision: str  # "success", "retry", "terminal" or "uncertain"
+    decision: str  # an AttemptDecision value: the writers pass the member, a read the string
     request_sha256: str
 
 
@@ -141,6 +169,50 @@ class BatchState(TypedDict, total=False):
     materialised_at_utc: str
 
 
+class RunCounts(TypedDict):
+    """The part of run-summary.json read back from the run directory (summarize_run): counts
+    over the selected prompts. `success`, `error`, `pending` and `uncertain` count the prompts
+    in that PromptState."""
+
+    run_dir: str
+    selected: int
+    success: int
+    error: int
+    pending: int
+    uncertain: int
+    complete: bool  # every selected prompt is a success or an error
+    total_attempts: int  # lines of provider-attempts.jsonl, every invocation's
+    empty_responses: int
+    no_code_extracted: int
+    finish_reasons: dict[str, int]  # finish reason (or "None") -> responses
+    returned_models: dict[str, int]  # the model that answered (or "None") -> responses
+    model_checks: dict[str, int]  # "exact", "alias", "redirected", ... -> responses
+    redirected_prompts: list[str]
+    truncated_prompts: list[str]  # finish reason "length"
+    empty_prompts: list[str]
+    usage: dict[str, int]  # prompt_tokens, completion_tokens, total_tokens summed
+    cost: dict[str, Any] | None  # USD spent at the price table's rates (prices.spent)
+    errors: dict[str, str | None]  # each error prompt's last error
+    updated_at_utc: str
+
+
+class RunSummary(RunCounts):
+    """run-summary.json (RunResult.summary, RunFinished.summary): the run's counts, what this
+    invocation did and how its sending went."""
+
+    attempted: int  # prompts this invocation sent a request for
+    requests_sent: int  # this invocation's requests
+    skipped: int  # selected prompts this invocation sent nothing for
+    stopped: bool  # stopped before the end (a stop, --stop-on-error)
+    elapsed_seconds: float  # this invocation's wall time
+    rate_control: dict[str, Any] | None  # the governor's state (Governor.state); None in a batch
+    durable_writes: dict[str, Any] | None  # the journal's figures (Journal.stats); None in a batch
+    send_path: dict[str, Any] | None  # where the senders' time went; None in a batch
+    batch: NotRequired[dict[str, Any]]  # the Batch API path, once it has a batch: its ids, phase
+    recast: NotRequired[RunSummary]  # --recast: the second draw's summary
+    stability: NotRequired[dict[str, Any]]  # --recast: how many responses changed (recast.py)
+
+
 __all__ = [
     "AttemptInfo",
     "AttemptLine",
@@ -150,4 +222,7 @@ __all__ = [
     "PromptRecord",
     "RequestLine",
     "ResponseLine",
+    "RunCounts",
+    "RunManifest",
+    "RunSummary",
 ]

@@ -17,6 +17,7 @@ from pqid_tui.textsafe import escape_controls
 
 if TYPE_CHECKING:
     from engine.events import BatchPolled, Event, ReplayFinished, RunStarted
+    from engine.rundir.shapes import RunSummary
 
 # The states shown on the line, in this order (prompts this invocation sends).
 SHOWN = (
@@ -67,7 +68,7 @@ def batch_polled_line(event: BatchPolled) -> str:
     )
 
 
-def run_finished_line(summary: dict[str, Any], seconds: float) -> str:
+def run_finished_line(summary: RunSummary, seconds: float) -> str:
     """The last line of a model run: its counts from run-summary.json."""
     return (
         f"done in {seconds:.1f}s: {summary.get('success')} success, "

@@ -213,11 +213,11 @@ backoff, ended in an error, or are uncertain, each with its last error.
             return "running" if self.progress.started_at is not None else "starting"
         if self.ended:
             return "failed"
-        summary = self.progress.summary or {}
-        if summary.get("stopped"):
+        summary = self.progress.summary
+        if summary is not None and summary.get("stopped"):
             return "stopped (resumable)"
         counts = self.progress.counts
-        done = counts["success"] + counts["error"]
+        done = counts[PromptState.SUCCESS] + counts[PromptState.ERROR]
         return (
             "complete"
             if self.progress.rows and done == len(self.progress.rows)
@@ -323,9 +323,9 @@ backoff, ended in an error, or are uncertain, each with its last error.
         if self._running_here():
             return
         counts = self.progress.counts
-        if counts["uncertain"]:
+        if counts[PromptState.UNCERTAIN]:
             self.notify(
-                f"{counts['uncertain']} prompt(s) are uncertain: resolve them first "
+                f"{counts[PromptState.UNCERTAIN]} prompt(s) are uncertain: resolve them first "
                 "with u (retry uncertain), which explains the possible extra paid draw.",
                 severity="warning",
             )
@@ -334,7 +334,7 @@ backoff, ended in an error, or are uncertain, each with its last error.
             pid for pid, row in self.progress.rows.items() if row.state == PromptState.PENDING
         ]
         if not pending:
-            errors = counts["error"]
+            errors = counts[PromptState.ERROR]
             self.notify(
                 "Nothing to resume: every prompt has an outcome"
                 + (f"; e retries the {errors} error(s)." if errors else "."),

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.rundir.shapes import RunSummary
 from tests.bench.live import _run, loopback_server, server_stats, synthetic_release
 
 __all__ = ["SHAPES", "bench_shape", "main"]
@@ -131,7 +132,7 @@ def _scaled(shape: Shape, scale: float) -> int:
 
 def _measure(
     work: Path, name: str, shape: Shape, server: tuple[str, ...], n: int, concurrency: int
-) -> tuple[dict[str, Any], float, dict[str, Any]]:
+) -> tuple[RunSummary, float, dict[str, Any]]:
     release = synthetic_release(work / f"release-{n}", n)
     with loopback_server(
         "--latency", str(shape.latency), "--wire", shape.wire, "--seed", "7", *server
@@ -149,7 +150,7 @@ def _measure(
     return summary, wall, stats
 
 
-def _governor(summary: dict[str, Any]) -> dict[str, Any]:
+def _governor(summary: RunSummary) -> dict[str, Any]:
     rc = summary.get("rate_control") or {}
     keep = (
         "limit_429s",

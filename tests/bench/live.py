@@ -47,6 +47,7 @@ from typing import Any
 from engine.config import make_config
 from engine.demo import DEMO_RELEASE_DIR
 from engine.run.live import run_live_model_async
+from engine.rundir.shapes import RunSummary
 
 __all__ = ["loopback_server", "main", "synthetic_release"]
 
@@ -140,7 +141,7 @@ def _cpu() -> float:
 
 def _run(
     base: str, release: Path, out: Path, concurrency: int, *, wire: str = "openai", **extra: Any
-) -> tuple[dict[str, Any], float, float, float]:
+) -> tuple[RunSummary, float, float, float]:
     provider, base_url = ("anthropic", base) if wire == "anthropic" else ("local", base + "/v1")
     config = make_config(
         release_dir=release,
@@ -160,7 +161,7 @@ def _run(
 
 
 def _overhead_split(
-    n: int, concurrency: int, latency: float, wall: float, ideal: float, summary: dict[str, Any]
+    n: int, concurrency: int, latency: float, wall: float, ideal: float, summary: RunSummary
 ) -> dict[str, Any] | None:
     """Where the time above the ideal went, from the run's own clocks (its summary's
     `send_path` and `durable_writes`): before the first request, after the last answer, and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ from engine import make_config, run_live_model
 from engine.errors import ConfigError, ResumeRefused
 from engine.release import load_release
 from engine.rundir.records import RunDir
+from engine.rundir.shapes import RunManifest, RunSummary
+from engine.states import AttemptDecision
 from tests.fakes.faults import messages_key
 
 
@@ -129,6 +132,39 @@ def test_run_writes_the_seven_artifacts(release_dir: Path, tmp_path: Path) -> No
         assert s["headers"]["authorization"] == "Bearer " + ENV["GROQ_API_KEY"]
     everything = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert ENV["GROQ_API_KEY"] not in everything
+
+
+def shape_keys(shape: type) -> tuple[set[str], set[str]]:
+    """A TypedDict's required and optional keys. Its annotations are strings (`from __future__
+    import annotations`), which `__optional_keys__` does not see through."""
+    hints = typing.get_type_hints(shape, include_extras=True)
+    optional = {k for k, t in hints.items() if typing.get_origin(t) is typing.NotRequired}
+    return set(hints) - optional, optional
+
+
+def test_the_manifest_summary_and_attempt_lines_hold_what_their_shapes_say(
+    release_dir: Path, tmp_path: Path
+) -> None:
+    """The type checker holds the writers to RunManifest and RunSummary; this holds the shapes
+    to the files: every key they name and no other, the summary's optional ones on the runs
+    that have them (here a recast), and every attempt's decision one of AttemptDecision."""
+    out = tmp_path / "run"
+    result = run_live_model(
+        config(release_dir, out, recast=True, max_retries=1),
+        transport=answering_transport(release_dir, {"ghz_00": [500], "ghz_01": [400]}),
+        env=ENV,
+    )
+    manifest_keys, manifest_optional = shape_keys(RunManifest)
+    assert set(json.loads((out / "run-manifest.json").read_text())) == manifest_keys
+    assert not manifest_optional
+    required, optional = shape_keys(RunSummary)
+    assert optional == {"batch", "recast", "stability"}
+    # run-summary.json is the first draw's, written before the recast began.
+    assert set(json.loads((out / "run-summary.json").read_text())) == required
+    assert set(result.summary) == required | {"recast", "stability"}
+    assert set(result.summary["recast"]) == required
+    decisions = [a["decision"] for a in RunDir(out).read_attempts()]
+    assert set(decisions) == {"retry", "success", "terminal"} <= set(AttemptDecision)
 
 
 def test_retryable_then_success_and_terminal_error(release_dir: Path, tmp_path: Path) -> None:
