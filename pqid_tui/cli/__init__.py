@@ -6,12 +6,29 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 if TYPE_CHECKING:
     from engine.release import Release
 
 T = TypeVar("T")
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose mistakes are one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        from engine.providers.routes import SECRET_VALUE_RE
+
+        # argparse echoes unexpected arguments; one of them may be a key pasted by mistake.
+        message = SECRET_VALUE_RE.sub(
+            "[REDACTED: keys are never read from the command line]", message
+        )
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# What each command module's `register` is given: `pqid-tui --batch`'s subcommands.
+Subcommands: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 
 def default_release_dir() -> str:
@@ -22,7 +39,7 @@ def default_release_dir() -> str:
 
 
 def add_evaluator_arguments(
-    p: Any, *, base_image_help: str, wheelhouse_help: str, results: str
+    p: argparse.ArgumentParser, *, base_image_help: str, wheelhouse_help: str, results: str
 ) -> None:
     """The flags of every command that runs the evaluator container (replay, rescore):
     the image, the per-response time limit, the environment and release checks, progress,
@@ -79,7 +96,7 @@ def run_evaluator(call: Callable[[], T]) -> T | int:
         return 1
 
 
-def add_table_arguments(p: Any, formats: Sequence[str], *, what: str) -> None:
+def add_table_arguments(p: argparse.ArgumentParser, formats: Sequence[str], *, what: str) -> None:
     """The flags of the commands that print a release's tables (compare, reproduce): where a
     .zip release goes, the format, and the file that takes the `what` instead of stdout."""
     p.add_argument(

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
-from pqid_tui.cli import add_table_arguments, load_table_release, write_output
+from pqid_tui.cli import Subcommands, add_table_arguments, load_table_release, write_output
 
 # Copies of engine.replay.compare's constants, so that building the parsers (--help) does not load
 # the comparison code; tests/app/test_cli_imports.py checks that they agree.
@@ -15,7 +14,7 @@ DEFAULT_INFRA_THRESHOLD = 0.02
 FORMATS = ("text", "markdown", "json", "csv")
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "compare",
         help="compare evaluations with the frozen matrix on the same prompt IDs",

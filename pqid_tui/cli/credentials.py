@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from engine.errors import CredentialError
 from engine.providers.credentials import (
@@ -17,9 +16,10 @@ from engine.providers.credentials import (
     resolve_credential,
 )
 from engine.providers.routes import PRESETS, Route, resolve_route
+from pqid_tui.cli import Subcommands
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "credentials",
         help="store, delete or locate a route's key in the OS keyring",

@@ -12,9 +12,9 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from engine.rundir.layout import EVALUATION_DIR, EVALUATIONS_FILE, MANIFEST, RESPONSES
+from pqid_tui.cli import Subcommands
 from pqid_tui.cli.compare import FORMATS as COMPARE_FORMATS
 from pqid_tui.cli.progress import replay_progress
 from pqid_tui.cli.run_model import make_progress
@@ -23,7 +23,7 @@ LOCAL_BASE_IMAGE = "pqid-base:bookworm"
 LOCAL_WHEELHOUSE = Path(".ci/wheelhouse")
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "demo",
         help="oracle run, Docker replay and comparison on the bundled demo release",

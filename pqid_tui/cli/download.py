@@ -6,14 +6,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
+from pqid_tui.cli import Subcommands
 from pqid_tui.textsafe import escape_controls
 
 DEFAULT_VERSION = "1.0.0"
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "download",
         help="get the PQID-Bench core distribution (HTTPS, SHA-256 pinned)",

@@ -10,56 +10,51 @@ import threading
 from collections.abc import Sequence
 
 from pqid_tui import __version__
+from pqid_tui.cli import Parser
 
 # Nothing of the engine is imported before `main` can catch a Ctrl-C: a user who presses it
 # while the command starts gets one line, not a traceback of an import.
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose mistakes are one line on stderr and exit code 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        from engine.providers.routes import SECRET_VALUE_RE
-
-        # argparse echoes unexpected arguments; one of them may be a key pasted by mistake.
-        message = SECRET_VALUE_RE.sub(
-            "[REDACTED: keys are never read from the command line]", message
-        )
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def batch_parser() -> argparse.ArgumentParser:
-    from pqid_tui.cli import credentials, run_model
+    from pqid_tui.cli import (
+        compare,
+        credentials,
+        demo,
+        download,
+        replay,
+        reproduce,
+        rescore,
+        run_model,
+        trace,
+        verify,
+    )
 
-    parser = _Parser(
+    parser = Parser(
         prog="pqid-tui --batch",
         description="Headless commands. Each prints progress to stderr and its result to stdout.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    run_model.register(sub)
-    credentials.register(sub)
-    # One module per command; each registers its own subparser.
-    for name in (
-        "replay",
-        "compare",
-        "demo",
-        "verify",
-        "download",
-        "trace",
-        "reproduce",
-        "rescore",
+    # One module per command, in the order `--help` lists them; each registers its subparser.
+    for module in (
+        run_model,
+        credentials,
+        replay,
+        compare,
+        demo,
+        verify,
+        download,
+        trace,
+        reproduce,
+        rescore,
     ):
-        try:
-            module = __import__(f"pqid_tui.cli.{name}", fromlist=["register"])
-        except ModuleNotFoundError:
-            continue
         module.register(sub)
     return parser
 
 
 def app_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="pqid-tui",
         description=(
             "Operate benchmark runs of Qiskit-writing models: a terminal app, or headless commands "
@@ -115,15 +110,8 @@ def _main(args: list[str]) -> int:
             ns = parser.parse_args(args[1:])
             return int(ns.handler(ns))
         ns = app_parser().parse_args(args)
-        try:
-            from pqid_tui.app import run_app
-        except ModuleNotFoundError:
-            print(
-                "pqid-tui: the terminal app is not built yet; use the headless commands: "
-                "pqid-tui --batch --help",
-                file=sys.stderr,
-            )
-            return 2
+        from pqid_tui.app import run_app
+
         return int(run_app(ns))
     except UsageError as exc:
         print(f"pqid-tui: error: {exc}", file=sys.stderr)

@@ -6,12 +6,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
-from pqid_tui.cli import add_evaluator_arguments, default_release_dir, run_evaluator
+from pqid_tui.cli import Subcommands, add_evaluator_arguments, default_release_dir, run_evaluator
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "replay",
         help="evaluate a responses file in a network-disabled Docker container",

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
-from pqid_tui.cli import add_table_arguments, load_table_release, write_output
+from pqid_tui.cli import Subcommands, add_table_arguments, load_table_release, write_output
 
 # A copy of engine.replay.reproduce.FORMATS, so that --help does not load the engine's tables;
 # tests/engine/test_pqid_bench_matrix.py checks that they agree.
 FORMATS = ("text", "markdown", "json", "csv")
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "reproduce",
         help="recompute the frozen matrix's published tables (nothing executed)",

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
-from pqid_tui.cli import add_evaluator_arguments, run_evaluator
+from pqid_tui.cli import Subcommands, add_evaluator_arguments, run_evaluator
 from pqid_tui.cli.progress import rescore_progress
 from pqid_tui.textsafe import escape_controls
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "rescore",
         help="score the frozen study's archived responses again and compare",

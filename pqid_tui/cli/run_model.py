@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import ConfigError
 from engine.providers.routes import DEFAULT_CONCURRENCY
 from engine.states import PromptState
-from pqid_tui.cli import default_release_dir
+from pqid_tui.cli import Subcommands, default_release_dir
 from pqid_tui.cli.progress import batch_polled_line, run_finished_line, run_started_line
 from pqid_tui.textsafe import escape_controls
 
@@ -31,7 +31,7 @@ def add_selection_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "run-model",
         help="send the frozen prompts to one model route (or --dry-run to plan)",

@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+
+from pqid_tui.cli import Subcommands
 
 # A copy of engine.release.trace.TRACE_FORMATS, so that building the parsers (--help) does not load
 # the engine; tests/engine/test_study_requests.py checks that they agree.
 FORMATS = ("json", "text")
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "trace",
         help="which frozen PQID-Bench row a run replicates, and which prompts differ",

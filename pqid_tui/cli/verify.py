@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pqid_tui.cli import default_release_dir
+from pqid_tui.cli import Subcommands, default_release_dir
 from pqid_tui.textsafe import escape_controls
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ LAYOUTS = {
 }
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "verify",
         help="verify a release's files against its manifest",

@@ -20,6 +20,7 @@ from engine.release import (
 )
 from engine.release.model import Verification
 from engine.run.runs import RunInfo, list_runs
+from engine.states import PromptState
 from pqid_tui.context import app_context
 from pqid_tui.messages import RunEnded
 from pqid_tui.screens.base import AppScreen
@@ -87,10 +88,10 @@ pending prompts), **r** to replay it. A run in progress in this session reads *r
             ("provider", "provider"),
             ("model", "model"),
             ("selected", "selected"),
-            ("success", "success"),
-            ("error", "error"),
-            ("pending", "pending"),
-            ("uncertain", "uncertain"),
+            (PromptState.SUCCESS, "success"),
+            (PromptState.ERROR, "error"),
+            (PromptState.PENDING, "pending"),
+            (PromptState.UNCERTAIN, "uncertain"),
             ("complete", "complete"),
             ("replayed", "replayed"),
         ):

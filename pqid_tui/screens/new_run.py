@@ -666,7 +666,7 @@ prompts that were in flight when a run died (a possible extra paid draw).
     @on(Input.Changed)
     @on(Checkbox.Changed)
     @on(Select.Changed)
-    def _changed(self, event: Any) -> None:
+    def _changed(self, event: Input.Changed | Checkbox.Changed | Select.Changed) -> None:
         control_id = getattr(event.control, "id", "")
         if control_id == "provider":
             model = self.query_one("#model", Input)

@@ -7,16 +7,19 @@ engine's replay, compare and Docker functions and does no evaluation work of its
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import PqidError, UsageError
 from engine.events import ProgressCallback
-from engine.rundir.layout import EVALUATION_DIR, MANIFEST, RESPONSES
+from engine.rundir.layout import EVALUATION_DIR, EVALUATIONS_FILE, MANIFEST, RESPONSES
 from pqid_tui.widgets.sort_table import Cell, Column, Row
+
+if TYPE_CHECKING:
+    from engine.replay.compare import Comparison as EngineComparison
+    from engine.replay.docker import DockerEvaluatorRunner
 
 METRICS = ("execution", "structural_match", "qasm3_export", "equivalence")
 COMPARISON_STEM = "pqid_bench_comparison"
@@ -197,7 +200,7 @@ class EngineReplayService:
     def __init__(self, client: Any = None) -> None:
         self._client = client
 
-    def _runner(self, options: ImageOptions) -> Any:
+    def _runner(self, options: ImageOptions) -> DockerEvaluatorRunner:
         from engine.replay.docker import DockerEvaluatorRunner
 
         runner = DockerEvaluatorRunner(
@@ -280,20 +283,16 @@ class EngineReplayService:
         )
         return {k: int(v) for k, v in result.summary.get("categories", {}).items() if v}
 
-    def _compare(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> Any:
+    def _compare(self, run_dir: Path, release_dir: Path, allow_partial: bool) -> EngineComparison:
         from engine.release import load_release
-        from engine.replay.compare import compare, publishable_split
-        from engine.run.runs import EVALUATIONS_FILE
+        from engine.replay.compare import compare, publishable_split, read_manifest
 
-        path = run_dir / EVALUATIONS_FILE
+        path = run_dir / EVALUATION_DIR / EVALUATIONS_FILE
         if not path.is_file():
             raise UsageError(f"{run_dir.name} has not been replayed yet: start a replay first")
         release = load_release(release_dir)
         manifest = run_dir / MANIFEST
-        try:
-            selected = json.loads(manifest.read_text()).get("selected_prompt_ids") or []
-        except (OSError, ValueError, AttributeError):
-            selected = []
+        selected = read_manifest(manifest, release)["selected_prompt_ids"]
         # Like `--batch demo`: on a run over several splits, the publishable test split.
         return compare(
             release,
@@ -316,7 +315,7 @@ class EngineReplayService:
         from engine.rundir.storage import atomic_write_bytes
 
         comparison = self._compare(run_dir, release_dir, allow_partial)
-        out = run_dir / "evaluation"
+        out = run_dir / EVALUATION_DIR
         paths = []
         for fmt, ext in COMPARISON_FILES.items():
             path = out / f"{COMPARISON_STEM}.{ext}"

@@ -26,17 +26,17 @@ from engine.states import PromptState
 from pqid_tui.textsafe import escape_controls
 
 # Theme variable behind each state's colour (resolved against the running theme).
-STATE_VARIABLES = {
-    "pending": "text-muted",
-    "in_flight": "accent",
-    "saving": "accent",
-    "retrying": "warning",
-    "success": "success",
-    "error": "error",
-    "uncertain": "warning",
-    "skipped": "text-muted",
+STATE_VARIABLES: dict[str, str] = {
+    PromptState.PENDING: "text-muted",
+    PromptState.IN_FLIGHT: "accent",
+    PromptState.SAVING: "accent",
+    PromptState.RETRYING: "warning",
+    PromptState.SUCCESS: "success",
+    PromptState.ERROR: "error",
+    PromptState.UNCERTAIN: "warning",
+    PromptState.SKIPPED: "text-muted",
 }
-STATE_LABELS = {"in_flight": "in flight"}
+STATE_LABELS: dict[str, str] = {PromptState.IN_FLIGHT: "in flight"}
 # The "state" sort: what needs attention first.
 STATE_ORDER: dict[str, int] = {
     state: i
