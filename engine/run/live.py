@@ -13,6 +13,7 @@ import collections
 import functools
 import itertools
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,9 @@ class LiveRun:
         progress: ProgressCallback | None = None,
         control: RunControl | None = None,
         env: dict[str, str] | None = None,
+        only: Iterable[str] | None = None,
     ) -> None:
+        """`only`: send no prompt outside it (see Session)."""
         self._clock = _SendClock()  # first: it times the setup too
         self.config = config
         self.plan = build_plan(config)
@@ -111,7 +114,7 @@ class LiveRun:
         if config.output_dir is None:
             raise ConfigError("--output-dir is required for a run")
         self.run_dir = RunDir(config.output_dir)
-        self.session = Session(config, self.plan, self.run_dir, env=env)
+        self.session = Session(config, self.plan, self.run_dir, env=env, only=only)
         self.recorder = Recorder(self.session, self.adapter, self._emit)
         self.journal: Journal | None = None
         self.governor = Governor(config.concurrency)
@@ -123,9 +126,6 @@ class LiveRun:
         self._pace_lock = asyncio.Lock()
         self._last_start = 0.0
         self._stop_new = False
-        # When set, this invocation sends no prompt outside it (and only its own uncertain
-        # prompts can block it).
-        self.only: set[str] | None = None
 
     def _emit(self, event: Event) -> None:
         if self.progress is not None:
@@ -133,7 +133,7 @@ class LiveRun:
 
     # -- the loop ------------------------------------------------------------------------------
     async def run(self) -> RunResult:
-        to_send = self.session.prepare(only=self.only)
+        to_send = self.session.prepare()
         statuses = self.session.statuses
         sending = {r.prompt_id for r in to_send}
         self._emit(

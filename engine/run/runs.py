@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from engine.config import LiveRunConfig, make_config
-from engine.errors import ConfigError, PqidError, ResumeRefused
+from engine.errors import PqidError, ResumeRefused
 from engine.events import (
     AttemptFinished,
     Event,
@@ -298,17 +298,6 @@ def resume_config(run_dir: Path, release_dir: Path, **overrides: Any) -> LiveRun
     return make_config(**fields)
 
 
-class _SelectedRun(LiveRun):
-    """A resume that sends only the chosen prompts (the rest of the selection is left alone)."""
-
-    def __init__(self, config: LiveRunConfig, only: Iterable[str], **kw: Any) -> None:
-        super().__init__(config, **kw)
-        self.only = set(only)
-        unknown = sorted(self.only - set(self.plan.prompt_ids))
-        if unknown:
-            raise ConfigError(f"the run has no prompt {unknown[0]!r}")
-
-
 async def resend_async(
     config: LiveRunConfig,
     only: Iterable[str] | None = None,
@@ -323,12 +312,9 @@ async def resend_async(
     The selection (and so the run's identity) stays the run directory's; `only` narrows what
     this invocation sends, which is how "retry the selected prompts" is a library call.
     """
-    if only is None:
-        run = LiveRun(config, transport=transport, progress=progress, control=control, env=env)
-    else:
-        run = _SelectedRun(
-            config, only, transport=transport, progress=progress, control=control, env=env
-        )
+    run = LiveRun(
+        config, transport=transport, progress=progress, control=control, env=env, only=only
+    )
     return await run.run()
 
 

@@ -9,7 +9,7 @@ prompts to send (DESIGN.md, "Resume rules").
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from engine import __version__
 from engine.config import LiveRunConfig
@@ -87,11 +87,20 @@ class Session:
         run_dir: RunDir,
         *,
         env: dict[str, str] | None = None,
+        only: Iterable[str] | None = None,
     ) -> None:
+        """`only`: this invocation sends no prompt outside it (the selection, and so the
+        run's identity, stays the run directory's), and only its own uncertain prompts can
+        block it. Every one of them must be a prompt of the run."""
         self.config = config
         self.plan = plan
         self.run_dir = run_dir
         self.env = env
+        self.only: set[str] | None = None if only is None else set(only)
+        if self.only is not None:
+            unknown = sorted(self.only - set(plan.prompt_ids))
+            if unknown:
+                raise ConfigError(f"the run has no prompt {unknown[0]!r}")
         self.credential: Credential | None = None
         self.reconciled: Reconciled | None = None
 
@@ -107,19 +116,18 @@ class Session:
     def prepare(
         self,
         *,
-        only: set[str] | None = None,
         held: Collection[str] = (),
         uncertain_held: bool = False,
     ) -> list[PlannedRequest]:
         """Check the output directory, read the credential, create or resume the run dir;
         return the prompts to send, in plan order.
 
-        `only`: this invocation sends no prompt outside it, and only its own uncertain prompts
-        can block it. `held`: prompts an unfinished batch holds; they are settled by that
-        batch, never sent again. `uncertain_held`: the caller has checked that every uncertain
-        prompt is one of `held` (pending in the batch, not uncertain).
+        Of the session's `only` prompts, when it has them. `held`: prompts an unfinished batch
+        holds; they are settled by that batch, never sent again. `uncertain_held`: the caller
+        has checked that every uncertain prompt is one of `held` (pending in the batch, not
+        uncertain).
         """
-        c, plan = self.config, self.plan
+        c, plan, only = self.config, self.plan, self.only
         if plan.route.adapter != "oracle" and not c.acknowledge_prompt_export:
             raise ConfigError(
                 "sending prompts to a provider needs --acknowledge-third-party-prompt-export "

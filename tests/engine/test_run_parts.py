@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from engine import make_config, run_live_model
-from engine.errors import ResumeRefused
+from engine.errors import ConfigError, ResumeRefused
 from engine.providers.adapters import adapter_for
 from engine.run.plan import build_plan
 from engine.run.recorder import AttemptOutcome, Recorder
@@ -35,9 +35,9 @@ def config(release_dir: Path, out: Path, **kw: Any) -> Any:
     return make_config(**base)
 
 
-def session_for(cfg: Any) -> Session:
+def session_for(cfg: Any, only: set[str] | None = None) -> Session:
     plan = build_plan(cfg)
-    return Session(cfg, plan, RunDir(cfg.output_dir), env=ENV)
+    return Session(cfg, plan, RunDir(cfg.output_dir), env=ENV, only=only)
 
 
 def test_backoff_takes_retry_after_up_to_its_cap_else_doubles_with_jitter(
@@ -118,7 +118,9 @@ def test_the_session_holds_a_batch_prompts_and_refuses_other_uncertain_ones(
     with pytest.raises(ResumeRefused, match="2 prompt"):
         session_for(resume).prepare()
     # Only the chosen prompts' uncertainty can block a run restricted to them.
-    assert [r.prompt_id for r in session_for(resume).prepare(only={ids[3]})] == [ids[3]]
+    assert [r.prompt_id for r in session_for(resume, only={ids[3]}).prepare()] == [ids[3]]
+    with pytest.raises(ConfigError, match="no prompt 'nope'"):
+        session_for(resume, only={"nope"})
     # Held by an unfinished batch: not uncertain, and not sent again.
     session = session_for(resume)
     to_send = session.prepare(held=set(ids[:2]), uncertain_held=True)
