@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
 
 from engine.states import PromptState
 from pqid_tui.textsafe import escape_controls
 
 if TYPE_CHECKING:
-    from engine.events import BatchPolled, Event, ReplayFinished, RunStarted
+    from engine.events import BatchPolled, Event, ProgressCallback, ReplayFinished, RunStarted
     from engine.rundir.shapes import RunSummary
+
+# A monotonic clock in seconds (time.monotonic; a test's fake).
+Clock = Callable[[], float]
 
 # The states shown on the line, in this order (prompts this invocation sends).
 SHOWN = (
@@ -83,7 +87,7 @@ def replay_finished_line(event: ReplayFinished, seconds: float) -> str:
     return f"done in {seconds:.1f}s: {counts} -> {event.output_dir}"
 
 
-def wants_live_line(stream: Any) -> bool:
+def wants_live_line(stream: object) -> bool:
     """True when `stream` is a terminal (a pipe, a file or a test's buffer is not)."""
     isatty = getattr(stream, "isatty", None)
     try:
@@ -96,7 +100,7 @@ class RedrawnLine:
     """One stderr line redrawn in place, at most every REDRAW_SECONDS unless forced, with
     permanent lines printed above it; `render` gives its text."""
 
-    def __init__(self, stream: Any = None, clock: Any = time.monotonic) -> None:
+    def __init__(self, stream: TextIO | None = None, clock: Clock = time.monotonic) -> None:
         self.stream = stream or sys.stderr
         self.clock = clock
         self.t0 = clock()
@@ -137,7 +141,7 @@ def _eta(done: int, total: int, rate: float) -> str:
 class LiveProgress(RedrawnLine):
     """Redraws one stderr line as prompts change state; prints the start and end lines."""
 
-    def __init__(self, stream: Any = None, clock: Any = time.monotonic) -> None:
+    def __init__(self, stream: TextIO | None = None, clock: Clock = time.monotonic) -> None:
         super().__init__(stream, clock)
         self.total = 0
         self.states: dict[str, str] = {}  # prompt -> state, prompts this invocation sent
@@ -199,7 +203,7 @@ def duration(seconds: float) -> str:
 class ReplayProgress:
     """One stderr line per evaluated prompt, plus the image build and a last line of counts."""
 
-    def __init__(self, stream: Any = None) -> None:
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.done = 0
         self.t0 = time.monotonic()
@@ -224,7 +228,7 @@ class ReplayProgress:
 class RescoreProgressPrinter:
     """Progress on stderr: the image, then cells done / total with the model's own count."""
 
-    def __init__(self, stream: Any = None, every: int = 50) -> None:
+    def __init__(self, stream: TextIO | None = None, every: int = 50) -> None:
         self.stream = stream or sys.stderr
         self.every = every
         self.t0 = time.monotonic()
@@ -254,7 +258,7 @@ class CountLine(RedrawnLine):
     done/total, the count per outcome, the rate and the time left; permanent lines above it."""
 
     def __init__(
-        self, stream: Any = None, clock: Any = time.monotonic, unit: str = "items"
+        self, stream: TextIO | None = None, clock: Clock = time.monotonic, unit: str = "items"
     ) -> None:
         super().__init__(stream, clock)
         self.unit = unit
@@ -291,7 +295,7 @@ class CountLine(RedrawnLine):
 class LiveReplayProgress(CountLine):
     """`replay` and `demo` on a terminal: image lines, then one line of counts."""
 
-    def __init__(self, stream: Any = None, clock: Any = time.monotonic) -> None:
+    def __init__(self, stream: TextIO | None = None, clock: Clock = time.monotonic) -> None:
         super().__init__(stream, clock, unit="prompts")
 
     def __call__(self, event: Event) -> None:
@@ -309,7 +313,7 @@ class LiveReplayProgress(CountLine):
 class LiveRescoreProgress(CountLine):
     """`rescore` on a terminal: image lines, then one line of cells with the current model."""
 
-    def __init__(self, stream: Any = None, clock: Any = time.monotonic) -> None:
+    def __init__(self, stream: TextIO | None = None, clock: Clock = time.monotonic) -> None:
         super().__init__(stream, clock, unit="cells")
 
     def __call__(self, event: object) -> None:
@@ -327,12 +331,12 @@ class LiveRescoreProgress(CountLine):
                 )
 
 
-def replay_progress(stream: Any) -> Any:
+def replay_progress(stream: TextIO) -> ProgressCallback:
     """One updating line on a terminal; one line per replayed prompt elsewhere."""
     return LiveReplayProgress(stream) if wants_live_line(stream) else ReplayProgress(stream)
 
 
-def rescore_progress(stream: Any) -> Any:
+def rescore_progress(stream: TextIO) -> Callable[[object], None]:
     """One updating line on a terminal; a line every 50 cells and per model elsewhere."""
     return (
         LiveRescoreProgress(stream) if wants_live_line(stream) else RescoreProgressPrinter(stream)

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.errors import ConfigError
 from engine.providers.routes import DEFAULT_CONCURRENCY
@@ -17,7 +17,8 @@ from pqid_tui.cli.progress import batch_polled_line, run_finished_line, run_star
 from pqid_tui.textsafe import escape_controls
 
 if TYPE_CHECKING:
-    from engine.events import Event
+    from engine.config import LiveRunConfig
+    from engine.events import Event, ProgressCallback
 
 
 def add_selection_args(p: argparse.ArgumentParser) -> None:
@@ -241,7 +242,7 @@ def _generation_args(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None}
 
 
-def config_from_args(args: argparse.Namespace) -> Any:
+def config_from_args(args: argparse.Namespace) -> LiveRunConfig:
     from engine.config import make_config
 
     model = args.model
@@ -294,7 +295,7 @@ class ProgressPrinter:
     successes) get no line: the first line counts them.
     """
 
-    def __init__(self, stream: Any = None) -> None:
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.total = 0
         self.done = 0
@@ -345,7 +346,7 @@ class ProgressPrinter:
         print(text, file=self.stream, flush=True)
 
 
-def make_progress(stream: Any) -> Any:
+def make_progress(stream: TextIO) -> ProgressCallback:
     """One updating line on a terminal; one line per request start and end elsewhere."""
     from pqid_tui.cli.progress import LiveProgress, wants_live_line
 
