@@ -1,3 +1,4 @@
 """Providers: model routes, wire adapters, credentials, the returned-model identity, the
-provider check and the oracle route. May import `engine.release`, `engine.rundir` and the
-engine's top-level modules (config, errors, events); never the run loop, transport or replay."""
+provider check and the oracle route. May import `engine.release`, `engine.rundir`,
+`engine.errors` and `engine.states`; never the configuration (which reads the routes), the
+events, transport, the run loop or replay."""

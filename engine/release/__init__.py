@@ -3,6 +3,9 @@
 pqid-release/1        the project's own format (`release.json`), the bundled demo release
 PQID-Bench core       `benchmark.json` with `distribution_profile: core` (or its .zip)
 PQID-Bench evidence   the evidence repository (`ARTIFACT_MANIFEST.tsv` at its root)
+
+May import `engine.rundir` and `engine.errors`; never the providers, transport, the run loop,
+replay, the configuration or the events.
 """
 
 from __future__ import annotations
