@@ -93,6 +93,15 @@ async def _take(g: Governor, n: int) -> list[float]:
     return [await g.acquire() for _ in range(n)]
 
 
+async def _answer_one_at_a_time(g: Governor, clock: Clock, n: int, latency: float) -> None:
+    """`n` requests, one at a time, each answered `latency` seconds of the fake clock after
+    it went."""
+    for _ in range(n):
+        ticket = await g.acquire()
+        clock.now += latency
+        g.answered(ticket)
+
+
 def test_slow_start_reaches_the_ceiling_and_never_passes_it() -> None:
     async def go() -> None:
         clock = Clock()
@@ -197,10 +206,7 @@ def test_a_429_whose_headers_show_budget_left_is_not_a_limit_but_one_that_shows_
     async def go() -> None:
         clock = Clock()
         g = Governor(32, clock=clock)
-        for _ in range(20):
-            ticket = await g.acquire()
-            clock.now += 0.1
-            g.answered(ticket)
+        await _answer_one_at_a_time(g, clock, 20, 0.1)
         left = {
             "x-ratelimit-limit-requests": "100",
             "x-ratelimit-remaining-requests": "60",
@@ -229,10 +235,7 @@ def test_a_run_of_429s_across_prompts_is_a_limit_without_any_header() -> None:
     async def go() -> None:
         clock = Clock()
         g = Governor(64, initial=64, clock=clock)
-        for _ in range(10):
-            ticket = await g.acquire()
-            clock.now += 0.2
-            g.answered(ticket)
+        await _answer_one_at_a_time(g, clock, 10, 0.2)
         wave = [await g.acquire() for _ in range(30)]
         clock.now += 0.01
         kinds = [g.throttled(t, 0.05, prompt=f"p{i}") for i, t in enumerate(wave[:20])]
@@ -254,10 +257,7 @@ def test_a_budget_spent_in_slow_start_is_a_limit_after_a_few_429s_in_a_row() -> 
     async def go() -> None:
         clock = Clock()
         g = Governor(128, clock=clock)
-        for _ in range(20):
-            ticket = await g.acquire()
-            clock.now += 0.01
-            g.answered(ticket)
+        await _answer_one_at_a_time(g, clock, 20, 0.01)
         for _ in range(30):  # admitted, still on their way
             await g.acquire()
             clock.now += 0.005
@@ -357,10 +357,7 @@ def test_429s_that_come_as_the_paced_rate_rises_past_the_limit_are_a_limit() -> 
 
 async def _limit_met_after_30_answers(g: Governor, clock: Clock) -> None:
     """30 answers 50 ms apart, then a 429 whose headers say the budget is spent: a limit."""
-    for _ in range(30):
-        ticket = await g.acquire()
-        clock.now += 0.05
-        g.answered(ticket)
+    await _answer_one_at_a_time(g, clock, 30, 0.05)
     g.throttled(await g.acquire(), 0.0, SPENT)
 
 
